@@ -1,0 +1,58 @@
+"""sqlq_orm: a job queue inside your application's own database, on SQLAlchemy 2.x.
+
+Leases with heartbeats, fencing tokens, retries with backoff, a per-job max runtime,
+and a queryable history of every attempt and event. SQLite by default; PostgreSQL
+(``FOR UPDATE SKIP LOCKED``) for many workers on many machines.
+"""
+
+from sqlq_orm.clock import Clock, DatabaseClock, PinnedClock
+from sqlq_orm.dialects import configure_engine, create_engine
+from sqlq_orm.errors import (
+    InvalidInput,
+    InvalidTransition,
+    JobError,
+    JobNotFound,
+    LeaseLost,
+    MaxRuntimeExceeded,
+    SqlqError,
+)
+from sqlq_orm.lease import Lease
+from sqlq_orm.mixins import JobAttemptMixin, JobEventMixin, JobMixin, WorkerMixin
+from sqlq_orm.models import Base, Job, JobAttempt, JobEvent, WorkerRecord
+from sqlq_orm.retry import RetryPolicy
+from sqlq_orm.service import EnqueuedJob, JobSpec, Models, Queue, SweepResult
+from sqlq_orm.states import AttemptStatus, Event, JobStatus
+
+__all__ = [
+    "AttemptStatus",
+    "Base",
+    "Clock",
+    "DatabaseClock",
+    "EnqueuedJob",
+    "Event",
+    "InvalidInput",
+    "InvalidTransition",
+    "Job",
+    "JobAttempt",
+    "JobAttemptMixin",
+    "JobError",
+    "JobEvent",
+    "JobEventMixin",
+    "JobMixin",
+    "JobNotFound",
+    "JobSpec",
+    "JobStatus",
+    "Lease",
+    "LeaseLost",
+    "MaxRuntimeExceeded",
+    "Models",
+    "PinnedClock",
+    "Queue",
+    "RetryPolicy",
+    "SqlqError",
+    "SweepResult",
+    "WorkerMixin",
+    "WorkerRecord",
+    "configure_engine",
+    "create_engine",
+]

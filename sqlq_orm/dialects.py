@@ -1,0 +1,240 @@
+"""Every difference between database dialects, in one place.
+
+- engine hooks (SQLite PRAGMAs on every connection, ``BEGIN IMMEDIATE`` for writes,
+  ``BEGIN DEFERRED`` for reads; engine disposal after ``fork``),
+- the database clock as a SQL expression compiled per dialect,
+- how a claim picks rows (``FOR UPDATE SKIP LOCKED`` in a ``MATERIALIZED`` CTE on
+  PostgreSQL; a plain subquery inside a ``BEGIN IMMEDIATE`` transaction on SQLite),
+- how a claim hands each row its own lease token,
+- which ``insert`` construct offers ``on_conflict_do_update``.
+
+Nothing outside this module asks which database it is talking to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy
+from sqlalchemy import BigInteger, Integer, String, Text, cast, event, literal, type_coerce
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, Dialect, Engine
+from sqlalchemy.exc import CompileError
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql import FromClause, Select
+from sqlalchemy.sql.elements import ColumnElement, Grouping
+from sqlalchemy.sql.functions import FunctionElement
+
+from sqlq_orm.errors import InvalidInput
+
+DEFAULT_BUSY_TIMEOUT_MS = 30_000
+"""How long a SQLite connection waits for the write lock before giving up."""
+
+SQLITE_BEGIN_OPTION = "sqlq_sqlite_begin"
+"""Execution option naming the ``BEGIN`` mode of a SQLite transaction."""
+
+_BEGIN_MODES = frozenset({"IMMEDIATE", "DEFERRED", "EXCLUSIVE"})
+_HOOKED_ATTR = "_sqlq_hooks_installed"
+
+
+# --------------------------------------------------------------------------- clock
+
+
+class epoch_now(FunctionElement[int]):  # noqa: N801 - reads like the SQL function it is
+    """The database's current time as integer UTC epoch seconds."""
+
+    type = BigInteger()
+    name = "epoch_now"
+    inherit_cache = True
+
+
+@compiles(epoch_now)
+def _epoch_now_default(element: epoch_now, compiler: Any, **kw: Any) -> str:
+    raise CompileError(
+        f"sqlq_orm has no database clock for dialect {compiler.dialect.name!r}; "
+        "use SQLite or PostgreSQL, or pass a clock explicitly"
+    )
+
+
+@compiles(epoch_now, "sqlite")
+def _epoch_now_sqlite(element: epoch_now, compiler: Any, **kw: Any) -> str:
+    return "CAST(strftime('%s', 'now') AS INTEGER)"
+
+
+@compiles(epoch_now, "postgresql")
+def _epoch_now_postgresql(element: epoch_now, compiler: Any, **kw: Any) -> str:
+    # CURRENT_TIMESTAMP is fixed for the transaction: one transition, one time.
+    return "CAST(FLOOR(EXTRACT(EPOCH FROM CURRENT_TIMESTAMP)) AS BIGINT)"
+
+
+# --------------------------------------------------------------------- engine hooks
+
+
+def is_sqlite_file(url: sqlalchemy.URL) -> bool:
+    """Tell whether a SQLite URL names a file (WAL only applies to files)."""
+    database = url.database or ""
+    return bool(database) and database != ":memory:" and "mode=memory" not in database
+
+
+def _install_sqlite_hooks(engine: Engine, busy_timeout_ms: int) -> None:
+    use_wal = is_sqlite_file(engine.url)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, connection_record: Any) -> None:
+        # Switch pysqlite's own transaction handling off: it would otherwise BEGIN
+        # (DEFERRED) on its own schedule and defeat BEGIN IMMEDIATE below.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            # busy_timeout first, so switching to WAL waits instead of failing.
+            cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            cursor.execute("PRAGMA foreign_keys = ON")
+            if use_wal:
+                cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA synchronous = NORMAL")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Connection) -> None:
+        # A DEFERRED transaction that reads and then writes fails at once with
+        # "database is locked" if another writer got in between, ignoring
+        # busy_timeout; IMMEDIATE takes the write lock up front and waits for it.
+        mode = connection.get_execution_options().get(SQLITE_BEGIN_OPTION, "IMMEDIATE")
+        if mode not in _BEGIN_MODES:
+            raise InvalidInput(f"{SQLITE_BEGIN_OPTION} must be one of {sorted(_BEGIN_MODES)}")
+        connection.exec_driver_sql(f"BEGIN {mode}")
+
+
+def _install_fork_guard(engine: Engine) -> None:
+    # A pooled connection inherited across fork() is shared with the parent and
+    # corrupts both; the child drops its copies without closing the parent's.
+    ref = weakref.ref(engine)
+
+    def _after_fork_in_child() -> None:
+        inherited = ref()
+        if inherited is not None:
+            inherited.dispose(close=False)
+
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def configure_engine(engine: Engine, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> Engine:
+    """Install sqlq_orm's hooks on an existing engine (a host app's) and return it.
+
+    On SQLite every new pooled connection gets ``foreign_keys=ON``,
+    ``journal_mode=WAL`` (file databases), ``busy_timeout`` and
+    ``synchronous=NORMAL``, and transactions begin with ``BEGIN IMMEDIATE`` unless
+    the connection asks for a read (see :func:`read_options`). Connections already
+    in the pool are not touched, so call this before the engine is first used.
+    Calling it twice is harmless.
+    """
+    if getattr(engine, _HOOKED_ATTR, False):
+        return engine
+    if engine.dialect.name == "sqlite":
+        _install_sqlite_hooks(engine, busy_timeout_ms)
+    _install_fork_guard(engine)
+    setattr(engine, _HOOKED_ATTR, True)
+    return engine
+
+
+def create_engine(
+    url: str | sqlalchemy.URL,
+    *,
+    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+    **kwargs: Any,
+) -> Engine:
+    """Create a SQLAlchemy engine with sqlq_orm's hooks installed.
+
+    Keyword arguments go to :func:`sqlalchemy.create_engine`. A PostgreSQL URL with
+    no driver uses psycopg 3.
+    """
+    parsed = sqlalchemy.make_url(url)
+    if parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    engine = sqlalchemy.create_engine(parsed, **kwargs)
+    return configure_engine(engine, busy_timeout_ms=busy_timeout_ms)
+
+
+# ------------------------------------------------------------- per-dialect support
+
+
+@dataclass(frozen=True)
+class DialectSupport:
+    """What the service needs to know about one dialect."""
+
+    name: str
+    insert: Callable[..., Any]
+    """``insert`` construct with ``on_conflict_do_update`` / ``do_nothing``."""
+    read_options: dict[str, Any]
+    """Execution options for a read-only transaction."""
+    pick: Callable[[Select[Any], str], FromClause]
+    """Wrap a locking ``SELECT ... LIMIT n`` so an ``UPDATE ... FROM`` can use it."""
+    token_for_row: Callable[[ColumnElement[int]], ColumnElement[str]]
+    """Expression picking row ``rn``'s token (1-based) out of the ``tokens`` param."""
+    bind_tokens: Callable[[Sequence[str]], Any]
+    """Turn a list of tokens into the value bound to the ``tokens`` param."""
+
+
+def _pick_sqlite(select: Select[Any], name: str) -> FromClause:
+    # BEGIN IMMEDIATE already serialises writers; a subquery is enough.
+    return select.subquery(name)
+
+
+def _pick_postgresql(select: Select[Any], name: str) -> FromClause:
+    # MATERIALIZED: evaluate the locking SELECT exactly once. Inlined as
+    # "IN (SELECT ... LIMIT n)" it may be re-run and claim more than n rows.
+    return select.with_for_update(skip_locked=True).cte(name).prefix_with("MATERIALIZED")
+
+
+def _token_sqlite(rn: ColumnElement[int]) -> ColumnElement[str]:
+    path = literal("$[") + cast(rn - 1, String) + literal("]")
+    return cast(sqlalchemy.func.json_extract(sqlalchemy.bindparam("tokens", type_=Text), path), String)
+
+
+def _token_postgresql(rn: ColumnElement[int]) -> ColumnElement[str]:
+    tokens = sqlalchemy.bindparam("tokens", type_=postgresql.ARRAY(Text))
+    # (CAST(:tokens AS TEXT[]))[rn]: the parentheses are required before a subscript.
+    array = type_coerce(Grouping(cast(tokens, postgresql.ARRAY(Text))), postgresql.ARRAY(Text))
+    return array[rn]
+
+
+_SUPPORT: dict[str, DialectSupport] = {
+    "sqlite": DialectSupport(
+        name="sqlite",
+        insert=sqlite.insert,
+        read_options={SQLITE_BEGIN_OPTION: "DEFERRED"},
+        pick=_pick_sqlite,
+        token_for_row=_token_sqlite,
+        bind_tokens=lambda tokens: json.dumps(list(tokens)),
+    ),
+    "postgresql": DialectSupport(
+        name="postgresql",
+        insert=postgresql.insert,
+        read_options={},  # MVCC: reads never block writers
+        pick=_pick_postgresql,
+        token_for_row=_token_postgresql,
+        bind_tokens=list,
+    ),
+}
+
+
+def support_for(dialect: Dialect | Engine) -> DialectSupport:
+    """Return the support record for an engine's dialect, or raise a clear error."""
+    name = dialect.dialect.name if isinstance(dialect, Engine) else dialect.name
+    try:
+        return _SUPPORT[name]
+    except KeyError:
+        raise InvalidInput(
+            f"sqlq_orm supports SQLite and PostgreSQL; got dialect {name!r}"
+        ) from None
+
+
+def row_number() -> ColumnElement[int]:
+    """``row_number() OVER ()``, typed as an integer (same on every dialect)."""
+    return sqlalchemy.func.row_number(type_=Integer).over()

@@ -1,0 +1,73 @@
+"""One exception hierarchy, rooted at :class:`SqlqError`.
+
+Messages say what was wrong, with the offending value, and what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class SqlqError(Exception):
+    """Base class of every error sqlq_orm raises on purpose."""
+
+
+class InvalidInput(SqlqError, ValueError):
+    """An argument was rejected before anything was written."""
+
+
+class LeaseLost(SqlqError):
+    """The lease this call presented is no longer the job's current lease.
+
+    The job was reclaimed by the sweeper, cancelled, or finished by someone else;
+    the call changed nothing. A worker that sees this must stop working on the job
+    and must not report an outcome for it.
+    """
+
+    def __init__(self, job_id: int, message: str | None = None) -> None:
+        self.job_id = job_id
+        super().__init__(
+            message
+            or f"lease on job {job_id} is no longer held by this worker "
+            "(reclaimed, cancelled or finished elsewhere); nothing was written"
+        )
+
+
+class MaxRuntimeExceeded(LeaseLost):
+    """The job has run past its ``max_runtime_seconds``; its lease is not renewed."""
+
+    def __init__(self, job_id: int, max_runtime_seconds: int | None) -> None:
+        super().__init__(
+            job_id,
+            f"job {job_id} has run past its max runtime of {max_runtime_seconds}s; "
+            "the lease was not renewed and the sweeper will end it",
+        )
+
+
+class JobNotFound(SqlqError, LookupError):
+    """No job has the given id."""
+
+    def __init__(self, job_id: int) -> None:
+        self.job_id = job_id
+        super().__init__(f"no job with id {job_id!r}")
+
+
+class InvalidTransition(SqlqError):
+    """The job's current status does not allow the requested change."""
+
+    def __init__(self, job_id: int, status: str, action: str) -> None:
+        self.job_id = job_id
+        self.status = status
+        super().__init__(f"cannot {action} job {job_id}: it is {status}")
+
+
+class JobError(SqlqError):
+    """Raised by a handler to fail its job with a classified error.
+
+    ``code`` is ``CATEGORY:SUBCATEGORY`` (e.g. ``TIMEOUT:UPSTREAM_API``); ``detail``
+    is a short human summary; ``retryable=False`` sends the job straight to FAILED.
+    """
+
+    def __init__(self, code: str, detail: str = "", *, retryable: bool = True) -> None:
+        self.code = code
+        self.detail = detail
+        self.retryable = retryable
+        super().__init__(f"{code}: {detail}" if detail else code)

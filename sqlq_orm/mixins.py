@@ -1,0 +1,303 @@
+"""Declarative mixins: the schema, ready to bind to any SQLAlchemy declarative base.
+
+A host app binds them to its own base and may add columns of its own::
+
+    class Base(DeclarativeBase):
+        pass
+
+    class Job(JobMixin, Base):
+        tenant_id: Mapped[int | None] = mapped_column(index=True)
+
+    class JobAttempt(JobAttemptMixin, Base):
+        pass
+
+    class JobEvent(JobEventMixin, Base):
+        pass
+
+Anything that depends on the concrete class (table names, foreign keys, constraints,
+indexes, relationships) comes from ``declared_attr`` so each binding gets its own.
+A host that renames tables or classes sets the ``__sqlq_*__`` class variables below.
+
+Every constraint and index carries an explicit, table-qualified name wrapped in
+``conv`` so it is the same whatever naming convention the host's metadata has:
+Alembic's batch mode on SQLite drops unnamed CHECK constraints, and index names must
+be unique per schema on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.orm import Mapped, declared_attr, mapped_column, relationship
+from sqlalchemy.sql.elements import conv
+
+from sqlq_orm.states import ACTIVE, HELD, TERMINAL, AttemptStatus, Event, JobStatus
+
+if TYPE_CHECKING:
+    from sqlalchemy.sql.schema import SchemaItem
+
+# SQLite only makes INTEGER PRIMARY KEY an alias of the rowid (and so auto-increment);
+# everywhere else the id is a 64-bit integer.
+IdType = BigInteger().with_variant(Integer(), "sqlite")
+
+TYPE_MAX = 200
+QUEUE_MAX = 100
+WORKER_ID_MAX = 200
+ERROR_CODE_MAX = 100
+ERROR_DETAIL_MAX = 500
+REF_MAX = 1000
+DEDUPE_KEY_MAX = 255
+
+
+def _in(column: str, values: Any) -> str:
+    """Render ``column IN ('A', 'B')`` for a CHECK constraint (values are our enums)."""
+    listed = ", ".join(f"'{v.value}'" for v in sorted(values, key=lambda v: v.value))
+    return f"{column} IN ({listed})"
+
+
+class JobMixin:
+    """The current state of a job: one row per job (default table ``sqlq_jobs``)."""
+
+    __sqlq_attempt_model__: ClassVar[str] = "JobAttempt"
+    __sqlq_event_model__: ClassVar[str] = "JobEvent"
+
+    @declared_attr.directive
+    def __tablename__(cls) -> str:
+        return "sqlq_jobs"
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True)
+    queue: Mapped[str] = mapped_column(String(QUEUE_MAX), default="default")
+    type: Mapped[str] = mapped_column(String(TYPE_MAX))
+    status: Mapped[str] = mapped_column(String(16), default=JobStatus.QUEUED.value)
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    # JSON text written by the service, so the size cap is measured on what is
+    # stored and a corrupted value can be detected and reported per job.
+    payload: Mapped[str | None] = mapped_column(Text)
+    payload_ref: Mapped[str | None] = mapped_column(String(REF_MAX))
+    result_ref: Mapped[str | None] = mapped_column(String(REF_MAX))
+    dedupe_key: Mapped[str | None] = mapped_column(String(DEDUPE_KEY_MAX))
+
+    created_at: Mapped[int] = mapped_column(BigInteger)
+    run_at: Mapped[int] = mapped_column(BigInteger)
+    claimed_at: Mapped[int | None] = mapped_column(BigInteger)
+    started_at: Mapped[int | None] = mapped_column(BigInteger)
+    heartbeat_at: Mapped[int | None] = mapped_column(BigInteger)
+    lease_expires_at: Mapped[int | None] = mapped_column(BigInteger)
+    # started_at + max_runtime_seconds, set at start so the sweeper's query is a
+    # plain range on an index.
+    deadline_at: Mapped[int | None] = mapped_column(BigInteger)
+    finished_at: Mapped[int | None] = mapped_column(BigInteger)
+
+    claimed_by: Mapped[str | None] = mapped_column(String(WORKER_ID_MAX))
+    lease_token: Mapped[str | None] = mapped_column(String(64))
+
+    attempt_count: Mapped[int] = mapped_column(Integer, default=0)
+    retry_count: Mapped[int] = mapped_column(Integer, default=0)
+    max_retries: Mapped[int] = mapped_column(Integer, default=3)
+    max_runtime_seconds: Mapped[int | None] = mapped_column(Integer)
+
+    error_code: Mapped[str | None] = mapped_column(String(ERROR_CODE_MAX))
+    error_detail: Mapped[str | None] = mapped_column(String(ERROR_DETAIL_MAX))
+
+    @declared_attr
+    def attempts(cls) -> Mapped[list[Any]]:
+        return relationship(
+            cls.__sqlq_attempt_model__,
+            back_populates="job",
+            cascade="all, delete-orphan",
+            passive_deletes=True,
+            order_by=f"{cls.__sqlq_attempt_model__}.attempt",
+        )
+
+    @declared_attr
+    def events(cls) -> Mapped[list[Any]]:
+        return relationship(
+            cls.__sqlq_event_model__,
+            back_populates="job",
+            cascade="all, delete-orphan",
+            passive_deletes=True,
+            order_by=f"({cls.__sqlq_event_model__}.ts, {cls.__sqlq_event_model__}.id)",
+        )
+
+    @declared_attr.directive
+    def __table_args__(cls) -> tuple[SchemaItem, ...]:
+        t = cls.__tablename__
+        held = _in("status", HELD)
+        return (
+            CheckConstraint(_in("status", JobStatus), name=conv(f"ck_{t}_status_valid")),
+            CheckConstraint("retry_count >= 0", name=conv(f"ck_{t}_retry_count_nonneg")),
+            CheckConstraint("max_retries >= 0", name=conv(f"ck_{t}_max_retries_nonneg")),
+            CheckConstraint("attempt_count >= 0", name=conv(f"ck_{t}_attempt_count_nonneg")),
+            CheckConstraint(
+                "max_runtime_seconds IS NULL OR max_runtime_seconds > 0",
+                name=conv(f"ck_{t}_max_runtime_positive"),
+            ),
+            CheckConstraint(
+                f"NOT ({held}) OR (claimed_by IS NOT NULL AND lease_token IS NOT NULL"
+                " AND lease_expires_at IS NOT NULL)",
+                name=conv(f"ck_{t}_held_has_lease"),
+            ),
+            CheckConstraint(
+                f"({held}) OR (lease_token IS NULL AND lease_expires_at IS NULL)",
+                name=conv(f"ck_{t}_lease_only_when_held"),
+            ),
+            CheckConstraint(
+                "status <> 'RUNNING' OR started_at IS NOT NULL",
+                name=conv(f"ck_{t}_running_has_started"),
+            ),
+            CheckConstraint(
+                f"NOT ({_in('status', TERMINAL)}) OR finished_at IS NOT NULL",
+                name=conv(f"ck_{t}_terminal_has_finished"),
+            ),
+            # claim: WHERE queue = ? AND status = 'QUEUED' AND run_at <= now
+            #        ORDER BY priority DESC, run_at, id
+            Index(
+                conv(f"ix_{t}_claim"),
+                "queue",
+                "status",
+                text("priority DESC"),
+                "run_at",
+                "id",
+            ),
+            # sweep (expired leases): WHERE status IN (held) AND lease_expires_at <= now
+            Index(conv(f"ix_{t}_lease"), "status", "lease_expires_at"),
+            # sweep (max runtime): WHERE status = 'RUNNING' AND deadline_at <= now
+            Index(conv(f"ix_{t}_deadline"), "status", "deadline_at"),
+            # oldest in-progress jobs: WHERE status IN (held) ORDER BY heartbeat_at
+            Index(conv(f"ix_{t}_running_age"), "status", "heartbeat_at", "created_at"),
+            # failure Top-N: WHERE status = 'FAILED' GROUP BY error_code
+            Index(conv(f"ix_{t}_failed_code"), "status", "error_code"),
+            # retention: WHERE status = ? AND finished_at < cutoff
+            Index(conv(f"ix_{t}_finished"), "status", "finished_at"),
+            # per-type stats: GROUP BY type, status
+            Index(conv(f"ix_{t}_type_status"), "type", "status"),
+            # idempotent enqueue: one unfinished job per dedupe key
+            Index(
+                conv(f"uq_{t}_dedupe_active"),
+                "dedupe_key",
+                unique=True,
+                sqlite_where=text(f"dedupe_key IS NOT NULL AND {_in('status', ACTIVE)}"),
+                postgresql_where=text(f"dedupe_key IS NOT NULL AND {_in('status', ACTIVE)}"),
+            ),
+        )
+
+
+class JobAttemptMixin:
+    """One run of a job (default table ``sqlq_job_attempts``)."""
+
+    __sqlq_job_table__: ClassVar[str] = "sqlq_jobs"
+    __sqlq_job_model__: ClassVar[str] = "Job"
+
+    @declared_attr.directive
+    def __tablename__(cls) -> str:
+        return "sqlq_job_attempts"
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    worker_id: Mapped[str | None] = mapped_column(String(WORKER_ID_MAX))
+    started_at: Mapped[int] = mapped_column(BigInteger)
+    finished_at: Mapped[int | None] = mapped_column(BigInteger)
+    status: Mapped[str] = mapped_column(String(16), default=AttemptStatus.RUNNING.value)
+    error_code: Mapped[str | None] = mapped_column(String(ERROR_CODE_MAX))
+    error_detail: Mapped[str | None] = mapped_column(String(ERROR_DETAIL_MAX))
+
+    @declared_attr
+    def job_id(cls) -> Mapped[int]:
+        return mapped_column(
+            IdType,
+            ForeignKey(
+                f"{cls.__sqlq_job_table__}.id",
+                ondelete="CASCADE",
+                name=conv(f"fk_{cls.__tablename__}_job_id"),
+            ),
+        )
+
+    @declared_attr
+    def job(cls) -> Mapped[Any]:
+        return relationship(cls.__sqlq_job_model__, back_populates="attempts")
+
+    @declared_attr.directive
+    def __table_args__(cls) -> tuple[SchemaItem, ...]:
+        t = cls.__tablename__
+        return (
+            # Also the index for "attempts of job N": no separate one.
+            UniqueConstraint("job_id", "attempt", name=conv(f"uq_{t}_job_attempt")),
+            CheckConstraint("attempt >= 1", name=conv(f"ck_{t}_attempt_positive")),
+            CheckConstraint(_in("status", AttemptStatus), name=conv(f"ck_{t}_status_valid")),
+            CheckConstraint(
+                "status = 'RUNNING' OR finished_at IS NOT NULL",
+                name=conv(f"ck_{t}_closed_has_finished"),
+            ),
+        )
+
+
+class JobEventMixin:
+    """One entry of a job's append-only timeline (default table ``sqlq_job_events``)."""
+
+    __sqlq_job_table__: ClassVar[str] = "sqlq_jobs"
+    __sqlq_job_model__: ClassVar[str] = "Job"
+
+    @declared_attr.directive
+    def __tablename__(cls) -> str:
+        return "sqlq_job_events"
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True)
+    ts: Mapped[int] = mapped_column(BigInteger)
+    event: Mapped[str] = mapped_column(String(32))
+    actor: Mapped[str] = mapped_column(String(WORKER_ID_MAX), default="system")
+    detail: Mapped[str | None] = mapped_column(Text)  # short JSON
+
+    @declared_attr
+    def job_id(cls) -> Mapped[int]:
+        return mapped_column(
+            IdType,
+            ForeignKey(
+                f"{cls.__sqlq_job_table__}.id",
+                ondelete="CASCADE",
+                name=conv(f"fk_{cls.__tablename__}_job_id"),
+            ),
+        )
+
+    @declared_attr
+    def job(cls) -> Mapped[Any]:
+        return relationship(cls.__sqlq_job_model__, back_populates="events")
+
+    @declared_attr.directive
+    def __table_args__(cls) -> tuple[SchemaItem, ...]:
+        t = cls.__tablename__
+        return (
+            CheckConstraint(_in("event", Event), name=conv(f"ck_{t}_event_valid")),
+            # a job's timeline: WHERE job_id = ? ORDER BY ts, id
+            Index(conv(f"ix_{t}_job_ts"), "job_id", "ts"),
+        )
+
+
+class WorkerMixin:
+    """A live worker process (default table ``sqlq_workers``).
+
+    Upserted on every worker tick, so "which worker holds this job, and is it
+    alive?" is a join on ``claimed_by``.
+    """
+
+    @declared_attr.directive
+    def __tablename__(cls) -> str:
+        return "sqlq_workers"
+
+    id: Mapped[str] = mapped_column(String(WORKER_ID_MAX), primary_key=True)
+    hostname: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    queues: Mapped[str] = mapped_column(String(REF_MAX), default="default")
+    concurrency: Mapped[int] = mapped_column(Integer, default=1)
+    started_at: Mapped[int] = mapped_column(BigInteger)
+    last_seen_at: Mapped[int] = mapped_column(BigInteger)

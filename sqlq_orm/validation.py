@@ -1,0 +1,121 @@
+"""Checks on what callers pass in, done before anything is written. Pure functions.
+
+Each check returns the cleaned value or raises :class:`~sqlq_orm.errors.InvalidInput`
+naming the argument and the offending value.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from sqlq_orm.errors import InvalidInput
+
+DEFAULT_PAYLOAD_MAX_BYTES = 64 * 1024
+"""Payloads are for small JSON; large data goes elsewhere and travels as payload_ref."""
+
+MAX_CLAIM_LIMIT = 1000
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def require_name(argument: str, value: object, max_length: int) -> str:
+    """A non-empty string (not only spaces) no longer than ``max_length``."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInput(f"{argument} must be a non-empty string, got {_short(value)}")
+    if len(value) > max_length:
+        raise InvalidInput(
+            f"{argument} is {len(value)} characters; the limit is {max_length}: {_short(value)}"
+        )
+    return value
+
+
+def optional_name(argument: str, value: object, max_length: int) -> str | None:
+    """Like :func:`require_name`, but ``None`` is allowed."""
+    return None if value is None else require_name(argument, value, max_length)
+
+
+def require_int(argument: str, value: object, *, minimum: int | None = None) -> int:
+    """An ``int`` (``bool`` is refused), at least ``minimum`` if given."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(f"{argument} must be an integer, got {_short(value)}")
+    if minimum is not None and value < minimum:
+        raise InvalidInput(f"{argument} must be >= {minimum}, got {value!r}")
+    return value
+
+
+def optional_int(argument: str, value: object, *, minimum: int | None = None) -> int | None:
+    """Like :func:`require_int`, but ``None`` is allowed."""
+    return None if value is None else require_int(argument, value, minimum=minimum)
+
+
+def lease_seconds(value: object) -> int:
+    """A lease length: a whole number of seconds, at least 1."""
+    return require_int("lease_seconds", value, minimum=1)
+
+
+def claim_limit(value: object) -> int:
+    """How many jobs one claim may take: 1 to :data:`MAX_CLAIM_LIMIT`."""
+    limit = require_int("limit", value, minimum=1)
+    if limit > MAX_CLAIM_LIMIT:
+        raise InvalidInput(f"limit must be <= {MAX_CLAIM_LIMIT}, got {limit!r}")
+    return limit
+
+
+def encode_payload(payload: object, max_bytes: int) -> str | None:
+    """Serialise a payload to compact JSON text, refusing what JSON cannot carry."""
+    if payload is None:
+        return None
+    try:
+        text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(
+            f"payload must be JSON-serialisable ({exc}); got a {type(payload).__name__}"
+        ) from None
+    size = len(text.encode("utf-8"))
+    if size > max_bytes:
+        raise InvalidInput(
+            f"payload is {size} bytes of JSON; the limit is {max_bytes}. "
+            "Store large data elsewhere and pass its location as payload_ref"
+        )
+    return text
+
+
+def schedule(run_at: object, delay: object) -> tuple[int | None, int]:
+    """Return ``(absolute run_at or None, delay in seconds)`` from the two options.
+
+    ``run_at`` is epoch seconds or an aware ``datetime``; ``delay`` is seconds from
+    the database's now. At most one may be given.
+    """
+    if run_at is not None and delay is not None:
+        raise InvalidInput(
+            f"give run_at or delay, not both (run_at={_short(run_at)}, delay={_short(delay)})"
+        )
+    if run_at is not None:
+        if isinstance(run_at, datetime):
+            if run_at.tzinfo is None:
+                raise InvalidInput(f"run_at must be timezone-aware, got naive {run_at!r}")
+            return int(run_at.timestamp()), 0
+        return require_int("run_at", run_at, minimum=0), 0
+    if delay is None:
+        return None, 0
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)):
+        raise InvalidInput(f"delay must be a number of seconds, got {_short(delay)}")
+    if delay < 0 or delay != delay:
+        raise InvalidInput(f"delay must be >= 0 seconds, got {delay!r}")
+    return None, int(round(delay))
+
+
+def app_columns(values: dict[str, Any], allowed: frozenset[str]) -> dict[str, Any]:
+    """Extra column values for a host app's job model; unknown names are refused."""
+    unknown = sorted(set(values) - allowed)
+    if unknown:
+        raise InvalidInput(
+            f"unknown job column(s) {unknown}; extra keyword arguments to enqueue must be "
+            f"columns the app added to its job model (available: {sorted(allowed) or 'none'})"
+        )
+    return values

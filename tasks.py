@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""Set-up and run in one command, with nothing but Python 3.11+ on the machine.
+
+    python3 tasks.py demo    # make .venv, install sqlq_orm, run the demo
+    python3 tasks.py test    # make .venv, install sqlq_orm[test], run the tests
+    python3 tasks.py bench   # make .venv, install sqlq_orm[test], run the benchmarks
+
+Extra arguments after the task go to the program it runs (e.g. ``test -k sweep``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = Path(os.environ.get("SQLQ_VENV", ROOT / ".venv"))
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+PYTHON = BIN / "python"
+
+EXTRAS = {"demo": "postgres", "test": "test", "bench": "test"}
+
+
+def ensure_env(extra: str) -> None:
+    """Create the virtual environment if needed and install the package into it."""
+    if sys.version_info < (3, 11):
+        sys.exit(f"sqlq_orm needs Python 3.11 or newer; this is {sys.version.split()[0]}")
+    if not PYTHON.exists():
+        print(f"creating virtual environment in {VENV}", flush=True)
+        venv.create(VENV, with_pip=True)
+    pip = [str(PYTHON), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    subprocess.run([*pip, "--upgrade", "pip"], check=True)
+    subprocess.run([*pip, "-e", f"{ROOT}[{extra}]"], check=True)
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in EXTRAS:
+        print(__doc__)
+        return 2
+    task, rest = argv[0], argv[1:]
+    ensure_env(EXTRAS[task])
+    if task == "demo":
+        command = [str(BIN / "sqlq"), "demo", *rest]
+    elif task == "test":
+        command = [str(PYTHON), "-m", "pytest", *rest]
+    else:
+        command = [str(PYTHON), "-m", "bench", *rest]
+    print("+ " + " ".join(command), flush=True)
+    return subprocess.call(command, cwd=ROOT)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

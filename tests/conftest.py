@@ -1,0 +1,108 @@
+"""Fixtures shared by every test: one ``engine`` fixture over SQLite and PostgreSQL.
+
+SQLite runs on a real file in ``tmp_path``. PostgreSQL runs against the server named
+by ``SQLQ_TEST_POSTGRES_URL`` (default ``postgresql://postgres@127.0.0.1:5432/test``):
+each test session creates its own throw-away database there, so parallel runs never
+see each other's tables. With no server, PostgreSQL tests skip with the reason;
+``SQLQ_REQUIRE_POSTGRES=1`` (set by CI) turns that skip into a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy
+from sqlalchemy.engine import Engine
+
+import sqlq_orm
+from sqlq_orm.models import Base
+
+from tests import factories
+
+DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+PINNED_START = 1_700_000_000
+
+
+def _pg_admin_url() -> sqlalchemy.URL:
+    url = sqlalchemy.make_url(os.environ.get("SQLQ_TEST_POSTGRES_URL", DEFAULT_PG_URL))
+    if url.drivername == "postgresql":
+        url = url.set(drivername="postgresql+psycopg")
+    return url
+
+
+def _require_postgres() -> bool:
+    return os.environ.get("SQLQ_REQUIRE_POSTGRES", "") not in ("", "0", "false")
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """URL of a fresh PostgreSQL database for this test session (dropped at the end)."""
+    admin_url = _pg_admin_url()
+    try:
+        admin = sqlalchemy.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+        with admin.connect() as connection:
+            connection.exec_driver_sql("SELECT 1")
+    except Exception as exc:  # noqa: BLE001 - any failure to connect means "no server"
+        message = (
+            f"PostgreSQL not reachable at {admin_url.render_as_string(hide_password=True)} "
+            f"({type(exc).__name__}); set SQLQ_TEST_POSTGRES_URL to run these tests"
+        )
+        if _require_postgres():
+            pytest.fail(f"SQLQ_REQUIRE_POSTGRES is set but {message}")
+        pytest.skip(message)
+    name = f"sqlq_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    with admin.connect() as connection:
+        connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    try:
+        yield admin_url.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as connection:
+            connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path) -> str:
+    """A URL for an empty database: a SQLite file, or this session's PostgreSQL DB."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'queue.db'}"
+    url: str = request.getfixturevalue("postgres_url")
+    engine = sqlalchemy.create_engine(url)
+    with engine.begin() as connection:
+        connection.exec_driver_sql("DROP SCHEMA public CASCADE")
+        connection.exec_driver_sql("CREATE SCHEMA public")
+    engine.dispose()
+    return url
+
+
+@pytest.fixture
+def engine(db_url: str) -> Iterator[Engine]:
+    """An engine from ``sqlq_orm.create_engine`` with the schema created from models."""
+    engine = sqlq_orm.create_engine(db_url)
+    Base.metadata.create_all(engine)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def clock() -> sqlq_orm.PinnedClock:
+    """A pinned clock; tests move it with ``advance``."""
+    return sqlq_orm.PinnedClock(PINNED_START)
+
+
+@pytest.fixture
+def queue(engine: Engine, clock: sqlq_orm.PinnedClock) -> sqlq_orm.Queue:
+    """A queue on the test database with the pinned clock."""
+    return sqlq_orm.Queue(engine, clock=clock)
+
+
+@pytest.fixture
+def session(engine: Engine) -> Iterator[sqlalchemy.orm.Session]:
+    """An ORM session bound for the factories."""
+    with sqlalchemy.orm.Session(engine) as session:
+        factories.bind(session)
+        yield session
+        factories.bind(None)
