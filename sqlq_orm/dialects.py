@@ -16,8 +16,9 @@ from __future__ import annotations
 import json
 import os
 import weakref
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy
@@ -30,7 +31,7 @@ from sqlalchemy.sql import FromClause, Select
 from sqlalchemy.sql.elements import ColumnElement, Grouping
 from sqlalchemy.sql.functions import FunctionElement
 
-from sqlq_orm.errors import InvalidInput
+from sqlq_orm.errors import InvalidInput, SqlqError
 
 DEFAULT_BUSY_TIMEOUT_MS = 30_000
 """How long a SQLite connection waits for the write lock before giving up."""
@@ -179,6 +180,20 @@ class DialectSupport:
     """Expression picking row ``rn``'s token (1-based) out of the ``tokens`` param."""
     bind_tokens: Callable[[Sequence[str]], Any]
     """Turn a list of tokens into the value bound to the ``tokens`` param."""
+    claim_merges_queues: bool
+    """Claim from several queues by merging one index-ordered pick per queue.
+
+    ``queue IN (a, b) ORDER BY priority DESC, run_at, id`` cannot follow the claim
+    index, so the database sorts every ready job of those queues on each claim. Taking
+    the first ``limit`` of each queue in index order and sorting only those gives the
+    same rows. It needs writers to be serialised (SQLite's ``BEGIN IMMEDIATE``): row
+    locks (``FOR UPDATE``) are not allowed on a ``UNION``.
+    """
+    rows_changed: Callable[[Connection, Any], int]
+    """How many rows the statement that produced ``result`` changed (all fetched)."""
+    snapshot_options: dict[str, Any] = field(default_factory=dict)
+    """Execution options for a read-only transaction whose statements all see one
+    snapshot (several queries that must agree, e.g. :mod:`sqlq_orm.invariants`)."""
 
 
 def _pick_sqlite(select: Select[Any], name: str) -> FromClause:
@@ -190,6 +205,11 @@ def _pick_postgresql(select: Select[Any], name: str) -> FromClause:
     # MATERIALIZED: evaluate the locking SELECT exactly once. Inlined as
     # "IN (SELECT ... LIMIT n)" it may be re-run and claim more than n rows.
     return select.with_for_update(skip_locked=True).cte(name).prefix_with("MATERIALIZED")
+
+
+def _rows_changed_sqlite(connection: Connection, result: Any) -> int:
+    # pysqlite reports rowcount 0 for a statement with RETURNING; SQLite itself knows.
+    return int(connection.exec_driver_sql("SELECT changes()").scalar_one())
 
 
 def _token_sqlite(rn: ColumnElement[int]) -> ColumnElement[str]:
@@ -212,6 +232,10 @@ _SUPPORT: dict[str, DialectSupport] = {
         pick=_pick_sqlite,
         token_for_row=_token_sqlite,
         bind_tokens=lambda tokens: json.dumps(list(tokens)),
+        claim_merges_queues=True,
+        rows_changed=_rows_changed_sqlite,
+        # A WAL reader keeps the snapshot of its first read until the transaction ends.
+        snapshot_options={SQLITE_BEGIN_OPTION: "DEFERRED"},
     ),
     "postgresql": DialectSupport(
         name="postgresql",
@@ -220,6 +244,11 @@ _SUPPORT: dict[str, DialectSupport] = {
         pick=_pick_postgresql,
         token_for_row=_token_postgresql,
         bind_tokens=list,
+        claim_merges_queues=False,
+        rows_changed=lambda connection, result: int(result.rowcount),
+        # READ COMMITTED takes a new snapshot per statement; checks that join several
+        # queries would see a job move between them and report a false violation.
+        snapshot_options={"isolation_level": "REPEATABLE READ"},
     ),
 }
 
@@ -238,3 +267,43 @@ def support_for(dialect: Dialect | Engine) -> DialectSupport:
 def row_number() -> ColumnElement[int]:
     """``row_number() OVER ()``, typed as an integer (same on every dialect)."""
     return sqlalchemy.func.row_number(type_=Integer).over()
+
+
+# ------------------------------------------------------------------ schema changes
+
+
+@contextmanager
+def foreign_keys_suspended(connection: Connection) -> Iterator[None]:
+    """Run a schema change on ``connection`` with SQLite's foreign key enforcement off.
+
+    Alembic's batch mode alters a SQLite table by copying it, dropping the original
+    and renaming the copy. With enforcement on, dropping ``sqlq_jobs`` would cascade
+    and silently delete every attempt and event. SQLite ignores the pragma inside a
+    transaction, so enter this before the migration's transaction begins, and call
+    :func:`check_foreign_keys` before it commits. On other databases it does nothing.
+    """
+    if connection.dialect.name != "sqlite" or connection.in_transaction():
+        yield
+        return
+    driver_connection: Any = connection.connection.driver_connection
+    driver_connection.execute("PRAGMA foreign_keys = OFF")
+    try:
+        yield
+    finally:
+        driver_connection.execute("PRAGMA foreign_keys = ON")
+
+
+def check_foreign_keys(connection: Connection) -> None:
+    """Raise :class:`SqlqError` if a row breaks a foreign key (SQLite only).
+
+    Other databases check foreign keys on every statement and never let one through.
+    """
+    if connection.dialect.name != "sqlite":
+        return
+    broken = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
+    if broken:
+        tables = sorted({row[0] for row in broken})
+        raise SqlqError(
+            f"the schema change left {len(broken)} row(s) breaking a foreign key in "
+            f"{', '.join(tables)}; it was rolled back"
+        )

@@ -1,0 +1,361 @@
+"""What must be true of a sqlq_orm database after every commit, and a read-only checker.
+
+:func:`check` reads the jobs, attempts and events tables in one consistent snapshot and
+returns a :class:`Violation` for every row that breaks one of :data:`INVARIANTS`. It
+writes nothing and takes no write lock, so it is safe to run against a live queue
+(``sqlq check`` does exactly this and exits non-zero when anything is found).
+
+The CHECK constraints already refuse some of these states; the checker looks for them
+anyway, because a host app's schema may predate a constraint, SQLite can be told to
+ignore them, and a checker that trusts the thing it checks proves nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Table, and_, func, or_, select
+from sqlalchemy.engine import Connection, Engine
+
+from sqlq_orm.states import (
+    ACTIVE,
+    ANNOTATIONS,
+    HELD,
+    INITIAL_EVENT,
+    TERMINAL,
+    TRANSITIONS,
+    AttemptStatus,
+    Event,
+    JobStatus,
+)
+
+if TYPE_CHECKING:
+    from sqlq_orm.service import Queue
+
+INVARIANTS: dict[str, str] = {
+    "held_job_has_lease": (
+        "a CLAIMED or RUNNING job has claimed_by, lease_token and lease_expires_at"
+    ),
+    "lease_only_while_held": "a QUEUED or finished job has no lease_token and no lease_expires_at",
+    "terminal_job_has_finished_at": "a SUCCEEDED, FAILED or CANCELLED job has finished_at",
+    "active_job_has_no_finished_at": "a QUEUED, CLAIMED or RUNNING job has no finished_at",
+    "running_job_has_one_open_attempt": (
+        "a RUNNING job has exactly one open (RUNNING) attempt, numbered attempt_count "
+        "and run by the worker holding the lease"
+    ),
+    "only_running_job_has_open_attempt": "a job that is not RUNNING has no open attempt",
+    "attempts_numbered_1_to_n": (
+        "a job's attempts are numbered 1..attempt_count with no gap and none missing"
+    ),
+    "at_most_one_succeeded_attempt": "no job has more than one SUCCEEDED attempt",
+    "succeeded_job_has_its_success": (
+        "a SUCCEEDED job has exactly one SUCCEEDED attempt, its last, run by claimed_by; "
+        "a job that is not SUCCEEDED has none"
+    ),
+    "events_follow_state_machine": (
+        "a job's events, replayed from ENQUEUED with the transition table, are each "
+        "allowed and end in the job's status"
+    ),
+    "no_orphan_attempts": "every attempt belongs to an existing job",
+    "no_orphan_events": "every event belongs to an existing job",
+}
+"""Every invariant the checker knows, by name, with what it requires."""
+
+REPLAY_CHUNK = 1000
+"""Jobs whose events are replayed per query (keeps memory flat on big tables)."""
+
+_HELD = sorted(s.value for s in HELD)
+_TERMINAL = sorted(s.value for s in TERMINAL)
+_ACTIVE = sorted(s.value for s in ACTIVE)
+_OPEN = AttemptStatus.RUNNING.value
+_SUCCEEDED = AttemptStatus.SUCCEEDED.value
+_MOVERS_AFTER = frozenset({Event.RECOVERED, Event.TIMED_OUT})
+_FOLLOW_UPS = frozenset({Event.RETRY_SCHEDULED, Event.FAILED})
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken invariant: which one, on which job, and what was found."""
+
+    invariant: str
+    """A key of :data:`INVARIANTS`."""
+    job_id: int | None
+    detail: str
+
+    def __str__(self) -> str:
+        return f"job {self.job_id}: {self.invariant}: {self.detail}"
+
+
+def check(target: Queue | Engine) -> list[Violation]:
+    """Return every invariant violation in the database (an empty list when healthy).
+
+    ``target`` is a :class:`~sqlq_orm.service.Queue` (its models and tables are used)
+    or an :class:`~sqlalchemy.engine.Engine` holding the default ``sqlq_*`` tables.
+    Read-only: one snapshot, no write lock, nothing written.
+    """
+    queue = _as_queue(target)
+    tables = queue.tables
+    with _snapshot(queue) as connection:
+        violations: list[Violation] = []
+        for name, query in _row_checks(tables.jobs, tables.attempts, tables.events):
+            for row in connection.execute(query):
+                violations.append(Violation(name, row[0], _describe(row)))
+        violations.extend(_replay_events(connection, tables.jobs, tables.events))
+    violations.sort(key=lambda v: (v.job_id is None, v.job_id or 0, v.invariant))
+    return violations
+
+
+def _as_queue(target: Queue | Engine) -> Queue:
+    from sqlq_orm.service import Queue
+
+    if isinstance(target, Queue):
+        return target
+    if isinstance(target, Engine):
+        return Queue(target)
+    raise TypeError(f"check() needs a Queue or an Engine, got {target!r}")
+
+
+@contextmanager
+def _snapshot(queue: Queue) -> Iterator[Connection]:
+    engine = queue.engine.execution_options(**queue.dialect.snapshot_options)
+    with engine.connect() as connection, connection.begin():
+        yield connection
+
+
+def _describe(row: Any) -> str:
+    return ", ".join(f"{key}={value!r}" for key, value in row._mapping.items() if key != "job_id")
+
+
+def _row_checks(jobs: Table, attempts: Table, events: Table) -> list[tuple[str, Any]]:
+    """One query per invariant; each returns ``job_id`` first, then what it found."""
+    j, a, e = jobs.c, attempts.c, events.c
+    open_attempts = (
+        select(
+            a.job_id,
+            func.count().label("open_count"),
+            func.min(a.attempt).label("open_attempt"),
+            func.min(a.worker_id).label("open_worker"),
+        )
+        .where(a.status == _OPEN)
+        .group_by(a.job_id)
+        .subquery("open_attempts")
+    )
+    all_attempts = (
+        select(
+            a.job_id,
+            func.count().label("n"),
+            func.min(a.attempt).label("lowest"),
+            func.max(a.attempt).label("highest"),
+        )
+        .group_by(a.job_id)
+        .subquery("all_attempts")
+    )
+    successes = (
+        select(
+            a.job_id,
+            func.count().label("n"),
+            func.max(a.attempt).label("attempt"),
+            func.max(a.worker_id).label("worker"),
+        )
+        .where(a.status == _SUCCEEDED)
+        .group_by(a.job_id)
+        .subquery("successes")
+    )
+    attempt_rows = func.coalesce(all_attempts.c.n, 0)
+    success_rows = func.coalesce(successes.c.n, 0)
+    is_succeeded = j.status == JobStatus.SUCCEEDED.value
+    return [
+        (
+            "held_job_has_lease",
+            select(j.id.label("job_id"), j.status, j.claimed_by, j.lease_expires_at)
+            .add_columns((j.lease_token.is_not(None)).label("has_token"))
+            .where(
+                j.status.in_(_HELD),
+                or_(j.claimed_by.is_(None), j.lease_token.is_(None), j.lease_expires_at.is_(None)),
+            ),
+        ),
+        (
+            "lease_only_while_held",
+            select(j.id.label("job_id"), j.status, j.lease_expires_at)
+            .add_columns((j.lease_token.is_not(None)).label("has_token"))
+            .where(
+                j.status.not_in(_HELD),
+                or_(j.lease_token.is_not(None), j.lease_expires_at.is_not(None)),
+            ),
+        ),
+        (
+            "terminal_job_has_finished_at",
+            select(j.id.label("job_id"), j.status).where(
+                j.status.in_(_TERMINAL), j.finished_at.is_(None)
+            ),
+        ),
+        (
+            "active_job_has_no_finished_at",
+            select(j.id.label("job_id"), j.status, j.finished_at).where(
+                j.status.in_(_ACTIVE), j.finished_at.is_not(None)
+            ),
+        ),
+        (
+            "running_job_has_one_open_attempt",
+            select(
+                j.id.label("job_id"),
+                j.attempt_count,
+                j.claimed_by,
+                func.coalesce(open_attempts.c.open_count, 0).label("open_attempts"),
+                open_attempts.c.open_attempt,
+                open_attempts.c.open_worker,
+            )
+            .select_from(jobs.outerjoin(open_attempts, open_attempts.c.job_id == j.id))
+            .where(
+                j.status == JobStatus.RUNNING.value,
+                or_(
+                    open_attempts.c.open_count.is_(None),
+                    open_attempts.c.open_count != 1,
+                    open_attempts.c.open_attempt != j.attempt_count,
+                    open_attempts.c.open_worker.is_distinct_from(j.claimed_by),
+                ),
+            ),
+        ),
+        (
+            "only_running_job_has_open_attempt",
+            select(a.job_id, j.status, a.attempt)
+            .select_from(attempts.join(jobs, j.id == a.job_id))
+            .where(a.status == _OPEN, j.status != JobStatus.RUNNING.value),
+        ),
+        (
+            "attempts_numbered_1_to_n",
+            select(
+                j.id.label("job_id"),
+                j.attempt_count,
+                attempt_rows.label("attempts"),
+                all_attempts.c.lowest,
+                all_attempts.c.highest,
+            )
+            .select_from(jobs.outerjoin(all_attempts, all_attempts.c.job_id == j.id))
+            .where(
+                or_(
+                    attempt_rows != j.attempt_count,
+                    # With UNIQUE(job_id, attempt), n rows from 1 to n are exactly 1..n.
+                    and_(
+                        all_attempts.c.n.is_not(None),
+                        or_(all_attempts.c.lowest != 1, all_attempts.c.highest != all_attempts.c.n),
+                    ),
+                )
+            ),
+        ),
+        (
+            "at_most_one_succeeded_attempt",
+            select(successes.c.job_id, successes.c.n.label("succeeded_attempts")).where(
+                successes.c.n > 1
+            ),
+        ),
+        (
+            "succeeded_job_has_its_success",
+            select(
+                j.id.label("job_id"),
+                j.status,
+                j.attempt_count,
+                j.claimed_by,
+                success_rows.label("succeeded_attempts"),
+                successes.c.attempt.label("succeeded_attempt"),
+                successes.c.worker.label("succeeded_by"),
+            )
+            .select_from(jobs.outerjoin(successes, successes.c.job_id == j.id))
+            .where(
+                or_(
+                    and_(~is_succeeded, success_rows > 0),
+                    and_(
+                        is_succeeded,
+                        or_(
+                            success_rows != 1,
+                            successes.c.attempt != j.attempt_count,
+                            successes.c.worker.is_distinct_from(j.claimed_by),
+                        ),
+                    ),
+                )
+            ),
+        ),
+        (
+            "no_orphan_attempts",
+            select(a.job_id, a.attempt, a.status)
+            .select_from(attempts.outerjoin(jobs, j.id == a.job_id))
+            .where(j.id.is_(None)),
+        ),
+        (
+            "no_orphan_events",
+            select(e.job_id, e.event, e.id.label("event_id"))
+            .select_from(events.outerjoin(jobs, j.id == e.job_id))
+            .where(j.id.is_(None)),
+        ),
+    ]
+
+
+def _replay_events(connection: Connection, jobs: Table, events: Table) -> list[Violation]:
+    """Replay each job's timeline (in insertion order) through the transition table."""
+    j, e = jobs.c, events.c
+    violations: list[Violation] = []
+    after = None
+    while True:
+        page = select(j.id, j.status).order_by(j.id).limit(REPLAY_CHUNK)
+        if after is not None:
+            page = page.where(j.id > after)
+        job_rows = connection.execute(page).all()
+        if not job_rows:
+            return violations
+        lowest, highest = job_rows[0].id, job_rows[-1].id
+        timelines: dict[int, list[str]] = {row.id: [] for row in job_rows}
+        # Ordered by id, not ts: a job's events are written under its row lock, so ids
+        # follow commit order even when a pinned clock moved backward.
+        event_rows = connection.execute(
+            select(e.job_id, e.event)
+            .where(e.job_id >= lowest, e.job_id <= highest)
+            .order_by(e.job_id, e.id)
+        )
+        for job_id, name in event_rows:
+            if job_id in timelines:
+                timelines[job_id].append(name)
+        for row in job_rows:
+            problem = replay_problem(timelines[row.id], row.status)
+            if problem is not None:
+                violations.append(Violation("events_follow_state_machine", row.id, problem))
+        after = highest
+
+
+def replay_problem(timeline: Sequence[str], status: str) -> str | None:
+    """Say what is wrong with one job's event names given its status, or None.
+
+    A pure function, so the rules can be read (and tested) without a database.
+    """
+    if not timeline:
+        return "the job has no events (its ENQUEUED is missing)"
+    if timeline[0] != INITIAL_EVENT.value:
+        return f"first event is {timeline[0]}, not {INITIAL_EVENT.value}"
+    state = JobStatus.QUEUED
+    for index, name in enumerate(timeline[1:], start=2):
+        try:
+            event = Event(name)
+        except ValueError:
+            return f"event #{index} {name!r} is not a known event"
+        transition = TRANSITIONS.get(event)
+        if transition is not None:
+            if state not in transition.sources:
+                return f"event #{index} {name} is not allowed from {state.value}"
+            state = transition.target
+            continue
+        if event not in ANNOTATIONS:
+            return f"event #{index} {name} cannot happen after the job exists"
+        if state not in HELD:
+            return f"event #{index} {name} is only allowed while held, the job was {state.value}"
+        if event in _MOVERS_AFTER:
+            following = timeline[index] if index < len(timeline) else None
+            if following not in {f.value for f in _FOLLOW_UPS}:
+                return (
+                    f"event #{index} {name} must be followed by RETRY_SCHEDULED or FAILED, "
+                    f"got {following}"
+                )
+    if state.value != status:
+        return f"events replay to {state.value} but the job is {status}"
+    return None

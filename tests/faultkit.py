@@ -1,0 +1,190 @@
+"""Tools for the reliability tests: break rows on purpose, pause a transaction
+mid-flight, and run an actor in a thread. Every tool works on a real database.
+
+- :func:`unchecked` yields a connection on which CHECK and FOREIGN KEY constraints
+  are off, to write rows the schema would refuse (SQLite:
+  ``ignore_check_constraints`` and ``foreign_keys=OFF``; PostgreSQL: the CHECKs of
+  the throw-away test schema are dropped and FK triggers are disabled with
+  ``session_replication_role``).
+- :class:`PauseAfter` stops the first statement on an engine that matches a pattern
+  right after it ran, inside its transaction (locks held), until released.
+- :class:`Actor` runs a call in a thread and hands back its result or exception.
+- :func:`wait_until_blocked_or_done` returns once an actor is waiting on a lock held
+  by a paused transaction (or has finished), so "B tried while A held it" is forced.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import sqlalchemy
+from sqlalchemy import event, text
+from sqlalchemy.engine import Connection, Engine
+
+GIVE_UP_SECONDS = 60.0
+"""How long a helper waits for something that should happen at once (a hang guard)."""
+
+SQLQ_TABLES = ("sqlq_jobs", "sqlq_job_attempts", "sqlq_job_events", "sqlq_workers")
+
+
+@contextmanager
+def unchecked(engine: Engine) -> Iterator[Connection]:
+    """A transaction in which CHECK and FOREIGN KEY constraints are not enforced."""
+    if engine.dialect.name == "sqlite":
+        # A plain engine: pysqlite leaves foreign_keys off, and issues its implicit
+        # BEGIN only before DML, so the PRAGMA below runs outside the transaction.
+        plain = sqlalchemy.create_engine(engine.url)
+        try:
+            with plain.begin() as connection:
+                connection.exec_driver_sql("PRAGMA ignore_check_constraints = ON")
+                yield connection
+        finally:
+            plain.dispose()
+        return
+    with engine.begin() as connection:
+        checks = connection.execute(
+            text(
+                "SELECT rel.relname, con.conname FROM pg_constraint con "
+                "JOIN pg_class rel ON rel.oid = con.conrelid "
+                "WHERE con.contype = 'c' AND rel.relname = ANY(:tables)"
+            ),
+            {"tables": list(SQLQ_TABLES)},
+        ).all()
+        for table, name in checks:
+            connection.exec_driver_sql(f'ALTER TABLE "{table}" DROP CONSTRAINT "{name}"')
+        connection.exec_driver_sql("SET LOCAL session_replication_role = replica")
+        yield connection
+
+
+class PauseAfter:
+    """Hold the first statement on ``engine`` whose SQL matches ``pattern``.
+
+    The statement has run (its locks are taken) and its transaction is still open;
+    the thread that ran it waits until :meth:`release`. ``reached`` is set when that
+    happens. Use as a context manager so the hook is always removed.
+    """
+
+    def __init__(self, engine: Engine, pattern: str) -> None:
+        self.engine = engine
+        self.pattern = re.compile(pattern, re.IGNORECASE | re.DOTALL)
+        self.reached = threading.Event()
+        self._go = threading.Event()
+        self._fired = False
+        self._lock = threading.Lock()
+
+    def _hook(self, conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        with self._lock:
+            if self._fired or not self.pattern.search(statement):
+                return
+            self._fired = True
+        self.reached.set()
+        if not self._go.wait(GIVE_UP_SECONDS):
+            raise RuntimeError(f"paused statement was never released: {statement[:80]}")
+
+    def wait(self) -> None:
+        """Block until the paused statement has been reached."""
+        if not self.reached.wait(GIVE_UP_SECONDS):
+            raise AssertionError(f"no statement matching {self.pattern.pattern!r} ran")
+
+    def release(self) -> None:
+        self._go.set()
+
+    def __enter__(self) -> PauseAfter:
+        event.listen(self.engine, "after_cursor_execute", self._hook)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+        event.remove(self.engine, "after_cursor_execute", self._hook)
+
+
+class Actor:
+    """Run ``call`` in a daemon thread; :meth:`result` returns its value or raises."""
+
+    def __init__(self, call: Callable[[], Any], name: str = "actor") -> None:
+        self._call = call
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self.started = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        self.started.set()
+        try:
+            self._value = self._call()
+        except BaseException as exc:  # noqa: BLE001 - handed to result()
+            self._error = exc
+
+    @property
+    def done(self) -> bool:
+        return not self.thread.is_alive()
+
+    def result(self) -> Any:
+        self.thread.join(GIVE_UP_SECONDS)
+        if self.thread.is_alive():
+            raise AssertionError(f"{self.thread.name} did not finish")
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def error(self) -> BaseException | None:
+        self.thread.join(GIVE_UP_SECONDS)
+        if self.thread.is_alive():
+            raise AssertionError(f"{self.thread.name} did not finish")
+        return self._error
+
+
+class StatementSeen:
+    """Set ``seen`` once ``engine`` is about to run a statement matching ``pattern``."""
+
+    def __init__(self, engine: Engine, pattern: str) -> None:
+        self.engine = engine
+        self.pattern = re.compile(pattern, re.IGNORECASE | re.DOTALL)
+        self.seen = threading.Event()
+
+    def _hook(self, conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if self.pattern.search(statement):
+            self.seen.set()
+
+    def __enter__(self) -> StatementSeen:
+        event.listen(self.engine, "before_cursor_execute", self._hook)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        event.remove(self.engine, "before_cursor_execute", self._hook)
+
+
+def wait_until_blocked_or_done(actor: Actor, observer: Engine, seen: StatementSeen) -> None:
+    """Return once ``actor`` finished or is stuck behind another transaction's lock.
+
+    ``seen`` watches the actor's engine for the statement that will block. On SQLite
+    that is its ``BEGIN IMMEDIATE`` (the single writer lock; the wait happens inside
+    it); on PostgreSQL the server is asked until a backend waits on a lock.
+    """
+    deadline = time.monotonic() + GIVE_UP_SECONDS
+    while not (seen.seen.is_set() or actor.done):
+        if time.monotonic() > deadline:
+            raise AssertionError("the actor never reached its blocking statement")
+        time.sleep(0.005)
+    if actor.done or observer.dialect.name == "sqlite":
+        return
+    with observer.connect() as connection:
+        while not actor.done:
+            waiting = connection.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                )
+            ).scalar_one()
+            connection.rollback()
+            if waiting:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError("the actor never blocked on a lock")
+            time.sleep(0.005)
