@@ -244,9 +244,16 @@ class Statements:
             .limit(limit)
             .with_for_update(skip_locked=True)
         )
+        # Only runs whose lease is still live: expired ones are the query above's, and
+        # picking them here too would crowd timed-out runs out of a short batch, ending
+        # the sweep before it reached them.
         self.past_deadline = (
             select(*sweep_columns)
-            .where(j.status == JobStatus.RUNNING.value, j.deadline_at <= now)
+            .where(
+                j.status == JobStatus.RUNNING.value,
+                j.deadline_at <= now,
+                j.lease_expires_at > now,
+            )
             .limit(limit)
             .with_for_update(skip_locked=True)
         )

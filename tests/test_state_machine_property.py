@@ -1,0 +1,355 @@
+"""Property test: random sequences of queue operations against a model of the state machine.
+
+Hypothesis drives enqueue, claim (started or not), start, heartbeat, succeed, fail
+(retryable or not), release, sweep, cancel, retry and clock moves against the real
+service on a real database, and against :class:`Model`, a few lines of plain Python
+that say what each call must do. After every step:
+
+- the service accepted exactly what the model accepted (``LeaseLost`` exactly when
+  the model says the lease is stale, ``MaxRuntimeExceeded`` exactly when it is held
+  but past its max runtime, ``InvalidTransition`` for finished jobs),
+- every job row matches the model (status, retries, attempts, run_at, lease expiry),
+- :func:`sqlq_orm.invariants.check` finds nothing.
+
+Profiles (``SQLQ_HYPOTHESIS_PROFILE``): ``ci`` (default, modest), ``long`` (thorough).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    invariant,
+    multiple,
+    rule,
+    run_state_machine_as_test,
+)
+from sqlalchemy import delete, select
+
+import sqlq_orm
+from sqlq_orm import (
+    InvalidTransition,
+    JobStatus,
+    LeaseLost,
+    MaxRuntimeExceeded,
+    PinnedClock,
+    RetryPolicy,
+)
+from sqlq_orm.invariants import check
+from tests.conftest import PINNED_START
+
+settings.register_profile(
+    "ci",
+    max_examples=30,
+    stateful_step_count=30,
+    deadline=None,
+    database=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+settings.register_profile(
+    "long",
+    max_examples=500,
+    stateful_step_count=60,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+PROFILE = settings.get_profile(os.environ.get("SQLQ_HYPOTHESIS_PROFILE", "ci"))
+
+POLICY = RetryPolicy(base_seconds=5, max_seconds=20, jitter=0)
+LEASE_SECONDS = 30
+HELD = {JobStatus.CLAIMED, JobStatus.RUNNING}
+TERMINAL = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED}
+
+
+@dataclass
+class ModelJob:
+    id: int
+    priority: int
+    run_at: int
+    max_retries: int
+    max_runtime: int | None
+    status: JobStatus = JobStatus.QUEUED
+    retry_count: int = 0
+    attempt_count: int = 0
+    lease: int | None = None  # number of the lease that currently holds it
+    lease_expires_at: int | None = None
+    deadline_at: int | None = None
+
+
+@dataclass
+class HeldLease:
+    """A lease the test holds, with the model's number for it."""
+
+    number: int
+    lease: sqlq_orm.Lease = field(repr=False)
+
+    def __repr__(self) -> str:
+        return f"lease#{self.number}(job {self.lease.job_id})"
+
+
+@dataclass
+class Model:
+    """What the queue must do, in plain Python."""
+
+    now: int
+    jobs: dict[int, ModelJob] = field(default_factory=dict)
+    leases_minted: int = 0
+
+    def holds(self, held: HeldLease) -> bool:
+        job = self.jobs[held.lease.job_id]
+        return job.lease == held.number and job.status in HELD
+
+    def drop_lease(self, job: ModelJob) -> None:
+        job.lease = job.lease_expires_at = job.deadline_at = None
+
+    def claimable(self, limit: int) -> list[ModelJob]:
+        ready = [
+            j for j in self.jobs.values() if j.status is JobStatus.QUEUED and j.run_at <= self.now
+        ]
+        ready.sort(key=lambda j: (-j.priority, j.run_at, j.id))
+        return ready[:limit]
+
+    def take(self, job: ModelJob, *, start: bool) -> int:
+        self.leases_minted += 1
+        job.lease = self.leases_minted
+        job.lease_expires_at = self.now + LEASE_SECONDS
+        job.status = JobStatus.CLAIMED
+        if start:
+            self.start(job)
+        return job.lease
+
+    def start(self, job: ModelJob) -> None:
+        job.status = JobStatus.RUNNING
+        job.attempt_count += 1
+        job.deadline_at = None if job.max_runtime is None else self.now + job.max_runtime
+
+    def end_with_failure(self, job: ModelJob, retryable: bool = True) -> JobStatus:
+        self.drop_lease(job)
+        if retryable and job.retry_count < job.max_retries:
+            job.retry_count += 1
+            job.run_at = self.now + POLICY.delay_seconds(job.retry_count)
+            job.status = JobStatus.QUEUED
+        else:
+            job.status = JobStatus.FAILED
+        return job.status
+
+
+def make_machine(engine, clock: PinnedClock):
+    queue = sqlq_orm.Queue(
+        engine, clock=clock, retry_policy=POLICY, default_lease_seconds=LEASE_SECONDS
+    )
+    tables = queue.tables
+
+    class QueueMachine(RuleBasedStateMachine):
+        jobs = Bundle("jobs")
+        leases = Bundle("leases")
+
+        def __init__(self) -> None:
+            super().__init__()
+            with engine.begin() as connection:
+                for table in (tables.events, tables.attempts, tables.jobs):
+                    connection.execute(delete(table))
+            clock.set(PINNED_START)
+            self.model = Model(now=PINNED_START)
+
+        # ------------------------------------------------------------- producing
+
+        @rule(
+            target=jobs,
+            priority=st.integers(0, 1),
+            delay=st.sampled_from([0, 0, 5]),
+            max_retries=st.integers(0, 2),
+            max_runtime=st.sampled_from([None, None, 20]),
+        )
+        def enqueue(self, priority, delay, max_retries, max_runtime):
+            job_id = queue.enqueue(
+                "t",
+                {"n": len(self.model.jobs)},
+                priority=priority,
+                delay=delay,
+                max_retries=max_retries,
+                max_runtime_seconds=max_runtime,
+            ).id
+            self.model.jobs[job_id] = ModelJob(
+                job_id, priority, self.model.now + delay, max_retries, max_runtime
+            )
+            return job_id
+
+        @rule(target=leases, limit=st.integers(1, 3), start=st.booleans())
+        def claim(self, limit, start):
+            expected = self.model.claimable(limit)
+            got = queue.claim("worker", limit=limit, start=start)
+            assert [lease.job_id for lease in got] == sorted(j.id for j in expected)
+            held = []
+            for lease in got:
+                number = self.model.take(self.model.jobs[lease.job_id], start=start)
+                assert lease.attempt == self.model.jobs[lease.job_id].attempt_count + (not start)
+                held.append(HeldLease(number, lease))
+            return multiple(*held)
+
+        # ------------------------------------------------------ calls on a lease
+
+        @rule(held=leases)
+        def start(self, held):
+            job = self.model.jobs[held.lease.job_id]
+            if self.model.holds(held) and job.status is JobStatus.CLAIMED:
+                queue.start(held.lease)
+                self.model.start(job)
+                assert held.lease.attempt == job.attempt_count
+            else:
+                with pytest.raises(LeaseLost):
+                    queue.start(held.lease)
+
+        @rule(held=leases)
+        def heartbeat(self, held):
+            job = self.model.jobs[held.lease.job_id]
+            if not self.model.holds(held):
+                with pytest.raises(LeaseLost) as raised:
+                    queue.heartbeat(held.lease)
+                assert type(raised.value) is LeaseLost
+            elif job.deadline_at is not None and job.deadline_at <= self.model.now:
+                with pytest.raises(MaxRuntimeExceeded):
+                    queue.heartbeat(held.lease)
+            else:
+                expires = queue.heartbeat(held.lease)
+                job.lease_expires_at = self.model.now + LEASE_SECONDS
+                assert expires == job.lease_expires_at
+
+        @rule(held=leases)
+        def succeed(self, held):
+            job = self.model.jobs[held.lease.job_id]
+            if not held.lease.started:
+                with pytest.raises(InvalidTransition):
+                    queue.succeed(held.lease)
+            elif self.model.holds(held) and job.status is JobStatus.RUNNING:
+                queue.succeed(held.lease)
+                self.model.drop_lease(job)
+                job.status = JobStatus.SUCCEEDED
+            else:
+                with pytest.raises(LeaseLost):
+                    queue.succeed(held.lease)
+
+        @rule(held=leases, retryable=st.booleans())
+        def fail(self, held, retryable):
+            job = self.model.jobs[held.lease.job_id]
+            if self.model.holds(held):
+                outcome = queue.fail(held.lease, "TEST:BOOM", "boom", retryable=retryable)
+                assert outcome == self.model.end_with_failure(job, retryable)
+            else:
+                with pytest.raises(LeaseLost):
+                    queue.fail(held.lease, "TEST:BOOM", "boom", retryable=retryable)
+
+        @rule(held=leases)
+        def release(self, held):
+            job = self.model.jobs[held.lease.job_id]
+            if self.model.holds(held):
+                queue.release(held.lease)
+                self.model.drop_lease(job)
+                job.status = JobStatus.QUEUED
+                job.run_at = self.model.now
+            else:
+                with pytest.raises(LeaseLost):
+                    queue.release(held.lease)
+
+        # ----------------------------------------------------- calls on a job id
+
+        @rule(job_id=jobs)
+        def cancel(self, job_id):
+            job = self.model.jobs[job_id]
+            if job.status in TERMINAL:
+                with pytest.raises(InvalidTransition):
+                    queue.cancel(job_id)
+            else:
+                queue.cancel(job_id)
+                self.model.drop_lease(job)
+                job.status = JobStatus.CANCELLED
+
+        @rule(job_id=jobs)
+        def retry(self, job_id):
+            job = self.model.jobs[job_id]
+            if job.status in (JobStatus.FAILED, JobStatus.CANCELLED):
+                queue.retry(job_id)
+                job.status = JobStatus.QUEUED
+                job.retry_count = 0
+                job.run_at = self.model.now
+            else:
+                with pytest.raises(InvalidTransition):
+                    queue.retry(job_id)
+
+        # ---------------------------------------------------- time and the sweeper
+
+        @rule(seconds=st.sampled_from([1, 5, 10, 29, 30, 31, 60, -3]))
+        def advance_clock(self, seconds):
+            self.model.now = clock.advance(seconds)
+
+        @rule(batch_size=st.integers(1, 3))
+        def sweep(self, batch_size):
+            now = self.model.now
+            held = [j for j in self.model.jobs.values() if j.status in HELD]
+            expired = [j for j in held if j.lease_expires_at <= now]
+            timed_out = [
+                j
+                for j in held
+                if j not in expired
+                and j.status is JobStatus.RUNNING
+                and j.deadline_at is not None
+                and j.deadline_at <= now
+            ]
+            outcomes = [self.model.end_with_failure(j) for j in expired + timed_out]
+
+            result = queue.sweep(batch_size=batch_size)
+
+            assert (result.expired, result.timed_out) == (len(expired), len(timed_out))
+            assert result.requeued == outcomes.count(JobStatus.QUEUED)
+            assert result.failed == outcomes.count(JobStatus.FAILED)
+
+        # ------------------------------------------------------------ invariants
+
+        @invariant()
+        def rows_match_the_model(self):
+            j = tables.jobs.c
+            with queue.read() as connection:
+                rows = connection.execute(
+                    select(
+                        j.id,
+                        j.status,
+                        j.retry_count,
+                        j.attempt_count,
+                        j.run_at,
+                        j.lease_expires_at,
+                        j.deadline_at,
+                    )  # fmt: skip
+                ).all()
+            actual = {row.id: tuple(row)[1:] for row in rows}
+            expected = {
+                job.id: (
+                    job.status.value,
+                    job.retry_count,
+                    job.attempt_count,
+                    job.run_at,
+                    job.lease_expires_at,
+                    job.deadline_at,
+                )
+                for job in self.model.jobs.values()
+            }
+            assert actual == expected
+
+        @invariant()
+        def invariants_hold(self):
+            assert check(queue) == []
+
+    return QueueMachine
+
+
+def test_service_does_exactly_what_the_state_machine_model_allows(engine):
+    clock = PinnedClock(PINNED_START)
+
+    run_state_machine_as_test(make_machine(engine, clock), settings=PROFILE)
