@@ -37,6 +37,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    column,
     text,
 )
 from sqlalchemy.orm import Mapped, declared_attr, mapped_column, relationship
@@ -162,11 +163,13 @@ class JobMixin:
             ),
             # claim: WHERE queue = ? AND status = 'QUEUED' AND run_at <= now
             #        ORDER BY priority DESC, run_at, id
+            # DESC on a column, not text("priority DESC"): on SQLite, Alembic's
+            # autogenerate compares column indexes but not textual expressions.
             Index(
                 conv(f"ix_{t}_claim"),
                 "queue",
                 "status",
-                text("priority DESC"),
+                column("priority").desc(),
                 "run_at",
                 "id",
             ),

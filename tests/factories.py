@@ -7,11 +7,15 @@ apply. Call :func:`bind` with a session first (the ``session`` fixture does).
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
 import factory
 from factory.alchemy import SQLAlchemyModelFactory
 from sqlalchemy.orm import Session
 
 from sqlq_orm.models import Job, JobAttempt, JobEvent, WorkerRecord
+from sqlq_orm.service import Models
 
 T0 = 1_700_000_000
 
@@ -109,3 +113,25 @@ def bind(session: Session | None) -> None:
     """Point every factory at ``session`` (or detach them with ``None``)."""
     for factory_class in (_Base, *ALL):
         factory_class._meta.sqlalchemy_session = session
+
+
+def factories_for(models: Models, session: Session) -> SimpleNamespace:
+    """Factories like the ones above, for any set of models (a host app's own).
+
+    Returns ``job``, ``attempt``, ``event`` and ``worker`` factory classes writing
+    through ``session``; the attempt and event factories make their job with ``job``.
+    """
+
+    def subclass(base: type, model: Any, **attributes: Any) -> Any:
+        meta = type("Meta", (), {"model": model, "sqlalchemy_session": session})
+        return type(f"{model.__name__}Factory", (base,), {"Meta": meta, **attributes})
+
+    job = subclass(JobFactory, models.job)
+    return SimpleNamespace(
+        job=job,
+        attempt=subclass(
+            JobAttemptFactory, models.attempt, job=factory.SubFactory(job, running=True)
+        ),
+        event=subclass(JobEventFactory, models.event, job=factory.SubFactory(job)),
+        worker=subclass(WorkerFactory, models.worker),
+    )

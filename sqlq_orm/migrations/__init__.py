@@ -1,0 +1,79 @@
+"""sqlq_orm's Alembic migrations, shipped inside the package.
+
+Three ways to run them:
+
+- ``sqlq migrate`` or :func:`sqlq_orm.migrate.upgrade` (standalone, from an installed
+  wheel; this directory is the ``script_location``);
+- ``alembic upgrade head`` from a checkout of the repository (``alembic.ini`` at the
+  root; ``alembic/env.py`` there runs :data:`ENV_SCRIPT`);
+- from a host app's own Alembic setup: add :data:`VERSIONS_DIR` (or the resource
+  ``sqlq_orm.migrations:versions``) to its ``version_locations`` and run
+  ``alembic upgrade heads``; the revisions carry the branch label :data:`BRANCH_LABEL`.
+
+Standalone runs record their revision in :data:`VERSION_TABLE`, not in
+``alembic_version``, so they never collide with a host app's own history.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import MetaData
+
+MIGRATIONS_DIR = Path(str(resources.files(__name__)))
+"""The Alembic ``script_location`` of the standalone setup."""
+
+VERSIONS_DIR = MIGRATIONS_DIR / "versions"
+"""Where the revisions live; a host app adds this to its ``version_locations``."""
+
+ENV_SCRIPT = MIGRATIONS_DIR / "env.py"
+"""The one Alembic ``env.py`` of the standalone setup."""
+
+VERSION_TABLE = "sqlq_alembic_version"
+"""Version table of standalone runs (a host app's own Alembic keeps its own)."""
+
+BRANCH_LABEL = "sqlq"
+"""Branch label of the revisions: ``alembic upgrade sqlq@head`` in a host app."""
+
+DEFAULT_DATABASE_URL = "sqlite:///sqlq.db"
+"""Used when no URL is given anywhere: a SQLite file in the working directory."""
+
+DATABASE_URL_ENV = "SQLQ_DATABASE_URL"
+"""Environment variable naming the database when no URL is passed."""
+
+
+def target_metadata() -> MetaData:
+    """The metadata the revisions must match: the library's default models."""
+    from sqlq_orm.models import Base
+
+    return Base.metadata
+
+
+def context_options(metadata: MetaData) -> dict[str, Any]:
+    """Options for ``context.configure`` / ``MigrationContext.configure``.
+
+    Shared by ``env.py`` and :func:`sqlq_orm.migrate.check`, so ``alembic check`` and
+    ``sqlq_orm.migrate.check`` compare the same way.
+    """
+    tables = set(metadata.tables)
+
+    def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
+        # Only sqlq's own tables: in a database shared with a host app, the host's
+        # tables are not ours to create or drop.
+        if type_ == "table":
+            return name in tables
+        return True
+
+    return {
+        "target_metadata": metadata,
+        "version_table": VERSION_TABLE,
+        "include_name": include_name,
+        "compare_type": True,
+        # Batch mode is how SQLite alters tables; elsewhere it emits plain ALTERs.
+        "render_as_batch": True,
+        # SQLite's DDL is transactional too (pysqlite's own transaction handling is
+        # off): one upgrade is one transaction, all or nothing, on every database.
+        "transactional_ddl": True,
+    }
