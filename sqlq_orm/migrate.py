@@ -18,6 +18,7 @@ setup should use that instead (see :mod:`sqlq_orm.migrations`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -26,29 +27,45 @@ import sqlalchemy
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import NullPool
 
 from alembic import command
-from sqlq_orm.dialects import create_engine
-from sqlq_orm.migrations import MIGRATIONS_DIR, context_options, target_metadata
+from sqlq_orm.dialects import create_engine, support_for
+from sqlq_orm.errors import SqlqError
+from sqlq_orm.migrations import (
+    MIGRATIONS_DIR,
+    VERSION_TABLE,
+    context_options,
+    target_metadata,
+)
 
 __all__ = ["check", "config", "current", "downgrade", "upgrade"]
 
+log = logging.getLogger("sqlq_orm")
+
+HOST_VERSION_TABLE = "alembic_version"
+"""Where a host app's own Alembic records revisions (ours too, when it runs them)."""
+
 
 @contextmanager
-def _connection(bind: str | sqlalchemy.URL | Engine) -> Iterator[Connection]:
-    """A connection outside any transaction (Alembic begins its own)."""
-    if isinstance(bind, Engine):
-        with bind.connect() as connection:
-            yield connection
-        return
-    engine = create_engine(bind, poolclass=NullPool)
+def _connection(
+    bind: str | sqlalchemy.URL | Engine, *, read_only: bool = False
+) -> Iterator[Connection]:
+    """A connection outside any transaction (Alembic begins its own).
+
+    ``read_only`` connections begin like :meth:`Queue.read` (no SQLite write lock).
+    """
+    engine = bind if isinstance(bind, Engine) else create_engine(bind, poolclass=NullPool)
     try:
         with engine.connect() as connection:
+            if read_only:
+                connection.execution_options(**support_for(engine).read_options)
             yield connection
     finally:
-        engine.dispose()
+        if engine is not bind:
+            engine.dispose()
 
 
 def config(connection: Connection | None = None) -> Config:
@@ -67,9 +84,15 @@ def config(connection: Connection | None = None) -> Config:
 def upgrade(bind: str | sqlalchemy.URL | Engine, revision: str = "heads") -> None:
     """Upgrade the database to ``revision`` (default: the latest) in one transaction.
 
-    Running it again when the database is up to date does nothing.
+    Running it again when the database is up to date does nothing. Tables made by
+    ``Base.metadata.create_all`` (no revision recorded) are adopted when they match
+    the models exactly: the latest revision is recorded and nothing else is done.
+    Anything else already in the way raises :class:`~sqlq_orm.errors.SqlqError`
+    and changes nothing.
     """
     with _connection(bind) as connection:
+        if _adopt_unversioned_tables(connection):
+            return
         command.upgrade(config(connection), revision)
 
 
@@ -81,12 +104,8 @@ def downgrade(bind: str | sqlalchemy.URL | Engine, revision: str) -> None:
 
 def current(bind: str | sqlalchemy.URL | Engine) -> set[str]:
     """The revisions the database is at (empty before the first upgrade)."""
-    options = context_options(target_metadata())
-    with _connection(bind) as connection:
-        context = MigrationContext.configure(
-            connection, opts={"version_table": options["version_table"]}
-        )
-        return set(context.get_current_heads())
+    with _connection(bind, read_only=True) as connection:
+        return _recorded(connection, VERSION_TABLE)
 
 
 def check(bind: str | sqlalchemy.URL | Engine) -> list[Any]:
@@ -95,6 +114,55 @@ def check(bind: str | sqlalchemy.URL | Engine) -> list[Any]:
 
     Only sqlq_orm's own tables are compared; a host app's tables are ignored.
     """
-    with _connection(bind) as connection:
-        context = MigrationContext.configure(connection, opts=context_options(target_metadata()))
-        return list(compare_metadata(context, target_metadata()))
+    with _connection(bind, read_only=True) as connection:
+        return _differences(connection)
+
+
+def _differences(connection: Connection) -> list[Any]:
+    context = MigrationContext.configure(connection, opts=context_options(target_metadata()))
+    return list(compare_metadata(context, target_metadata()))
+
+
+def _adopt_unversioned_tables(connection: Connection) -> bool:
+    """Record the latest revision on sqlq tables that exist without one; tell if done.
+
+    Returns False when there is nothing to adopt (a revision is recorded, or no sqlq
+    table exists) and the upgrade should run as usual.
+    """
+    try:
+        inspector = sqlalchemy.inspect(connection)
+        tables = set(inspector.get_table_names())
+        ours = tables & set(target_metadata().tables)
+        if not ours or (VERSION_TABLE in tables and _recorded(connection, VERSION_TABLE)):
+            return False
+        if HOST_VERSION_TABLE in tables:
+            ours_by_host = _recorded(connection, HOST_VERSION_TABLE) & _revision_ids()
+            if ours_by_host:
+                raise SqlqError(
+                    f"the sqlq tables here are migrated by the app's own Alembic "
+                    f"({HOST_VERSION_TABLE} has {sorted(ours_by_host)}); run "
+                    "`alembic upgrade heads` in the app instead of `sqlq migrate`"
+                )
+    finally:
+        connection.rollback()  # Alembic must start outside a transaction
+    differences = _differences(connection)
+    if differences:
+        raise SqlqError(
+            f"tables {sorted(ours)} exist but no sqlq revision is recorded, and they "
+            f"differ from the models ({len(differences)} difference(s), first: "
+            f"{differences[0]!r}); nothing was changed. Move them out of the way or "
+            "bring them in line with the models, then run the migration again"
+        )
+    connection.rollback()
+    command.stamp(config(connection), "heads")
+    log.warning("adopted existing sqlq tables %s: they match the models", sorted(ours))
+    return True
+
+
+def _recorded(connection: Connection, version_table: str) -> set[str]:
+    context = MigrationContext.configure(connection, opts={"version_table": version_table})
+    return set(context.get_current_heads())
+
+
+def _revision_ids() -> set[str]:
+    return {script.revision for script in ScriptDirectory.from_config(config()).walk_revisions()}

@@ -149,6 +149,48 @@ def test_upgrade_accepts_a_host_apps_engine(db_url):
     engine.dispose()
 
 
+def test_upgrade_adopts_tables_created_from_the_models(db_url, clock):
+    engine = sqlq_orm.create_engine(db_url)
+    Base.metadata.create_all(engine)
+    job = sqlq_orm.Queue(engine, clock=clock).enqueue("send_email")
+
+    migrate.upgrade(engine)
+
+    assert migrate.current(engine) == {"0001"}
+    assert sqlq_orm.Queue(engine).get_job(job.id).type == "send_email"
+    engine.dispose()
+
+
+def test_upgrade_refuses_unrecorded_tables_that_differ_from_the_models(db_url):
+    engine = sqlq_orm.create_engine(db_url)
+    Base.metadata.create_all(engine)
+    with engine.begin() as connection:
+        connection.execute(sqlalchemy.text("DROP INDEX ix_sqlq_jobs_lease"))
+
+    with pytest.raises(sqlq_orm.SqlqError, match="differ from the models"):
+        migrate.upgrade(engine)
+
+    assert migrate.current(engine) == set()
+    assert VERSION_TABLE not in table_names(db_url)
+    engine.dispose()
+
+
+def test_upgrade_refuses_tables_that_the_host_apps_alembic_manages(db_url):
+    engine = sqlq_orm.create_engine(db_url)
+    Base.metadata.create_all(engine)
+    with engine.begin() as connection:
+        connection.execute(
+            sqlalchemy.text("CREATE TABLE alembic_version (version_num VARCHAR(32))")
+        )
+        connection.execute(sqlalchemy.text("INSERT INTO alembic_version VALUES ('0001')"))
+
+    with pytest.raises(sqlq_orm.SqlqError, match="app's own Alembic"):
+        migrate.upgrade(engine)
+
+    assert VERSION_TABLE not in table_names(db_url)
+    engine.dispose()
+
+
 def test_repo_template_is_the_packaged_template():
     assert (REPO_ROOT / "alembic" / "script.py.mako").read_text() == (
         MIGRATIONS_DIR / "script.py.mako"
