@@ -11,18 +11,20 @@ Plus queue latency (age of the oldest ready job), leases that expired but are no
 swept yet, throughput and failure rate over recent windows, and p50/p95 attempt
 durations per type.
 
-Everything runs in one :meth:`Queue.read() <sqlq_orm.service.Queue.read>` transaction,
-so SQLite's write lock is never taken. "Now" is read once from the queue's clock and
-bound into every query, so all numbers are as of one instant (and tests can pin it).
-Each query is shaped to use an index declared in :mod:`sqlq_orm.mixins`; the
-``*_queries`` functions hand the exact statements to ``tests/test_explain.py``.
+Everything runs in one read-only transaction (:func:`consistent_read`): SQLite's write
+lock is never taken, and on PostgreSQL every query sees the same snapshot. "Now" is
+read once from the queue's clock and bound into every query, so all numbers are as of
+one instant (and tests can pin it). Each query is shaped to use an index declared in
+:mod:`sqlq_orm.mixins`; :class:`StatsQueries` and :class:`TimelineQueries` hand the
+exact statements to ``tests/test_explain.py``.
 """
 
 from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -499,6 +501,20 @@ class StatsQueries:
         ]
 
 
+@contextmanager
+def consistent_read(queue: Queue) -> Iterator[Connection]:
+    """A read-only transaction whose queries all see one snapshot.
+
+    Like :meth:`Queue.read() <sqlq_orm.service.Queue.read>` (SQLite: ``BEGIN
+    DEFERRED``, never the write lock), but on PostgreSQL at REPEATABLE READ, so the
+    numbers of one report agree with each other (a job moving between two queries is
+    not counted twice). A read-only REPEATABLE READ transaction never fails to commit.
+    """
+    engine = queue.engine.execution_options(**queue.dialect.snapshot_options)
+    with engine.connect() as connection, connection.begin():
+        yield connection
+
+
 def read_now(queue: Queue, connection: Connection) -> int:
     """Read "now" (epoch seconds) from the queue's clock, in SQL."""
     return int(connection.execute(select(queue.clock.sql_now())).scalar_one())
@@ -544,7 +560,7 @@ def collect_stats(
     long_window = max(windows)
     policy = policy or RetentionPolicy()
 
-    with queue.read() as connection:
+    with consistent_read(queue) as connection:
         now = read_now(queue, connection)
         q = StatsQueries(queue.tables, now)
         counts = _state_counts(connection, q)
@@ -930,7 +946,7 @@ def job_timeline(
     """
     validation.require_int("job_id", job_id)
     q = TimelineQueries(queue.tables)
-    with queue.read() as connection:
+    with consistent_read(queue) as connection:
         now = read_now(queue, connection)
         row = connection.execute(q.job(job_id)).one_or_none()
         if row is None:

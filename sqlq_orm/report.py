@@ -563,31 +563,30 @@ def render_timeline_text(timeline: JobTimeline, *, color: bool = False) -> str:
     job, now = timeline.job, timeline.now
     origin = job.created_at
     payload = (
-        json.dumps(job.payload, ensure_ascii=False)
+        json.dumps(job.payload, ensure_ascii=False, separators=(",", ":"))
         if not isinstance(job.payload, str)
         else job.payload
     )
     if len(payload) > 200:
         payload = payload[:199] + "…"
+    max_runtime = "-" if job.max_runtime_seconds is None else f"{job.max_runtime_seconds}s"
     lines = [
-        f"{paint(f'job {job.id}', 'bold')}  {job.type}  {paint.status(job.status)}  "
-        f"queue={job.queue}  priority={job.priority}",
-        f"  created   {utc(job.created_at)} ({human_seconds(now - job.created_at)} ago)   "
+        f"{paint(f'job {job.id}', 'bold')}  type={job.type}  queue={job.queue}  "
+        f"status={paint.status(job.status)}  priority={job.priority}",
+        f"  created {utc(job.created_at)} ({human_seconds(now - job.created_at)} ago)   "
         f"run_at {_offset(job.run_at, origin)}   started {_offset(job.started_at, origin)}   "
         f"finished {_offset(job.finished_at, origin)}",
-        f"  attempts  {job.attempt_count}   retries {job.retry_count} of {job.max_retries}   "
-        f"max runtime {human_seconds(job.max_runtime_seconds)}",
-        f"  payload   {payload}",
+        f"  attempts {job.attempt_count}   retries {job.retry_count}/{job.max_retries}   "
+        f"max_runtime {max_runtime}",
+        f"  payload {payload}",
     ]
     if job.payload_ref or job.result_ref:
-        lines.append(
-            f"  refs      payload={job.payload_ref or '-'}  result={job.result_ref or '-'}"
-        )
+        lines.append(f"  payload_ref {job.payload_ref or '-'}   result_ref {job.result_ref or '-'}")
     if job.dedupe_key:
-        lines.append(f"  dedupe    {job.dedupe_key}")
+        lines.append(f"  dedupe_key {job.dedupe_key}")
     if job.error_code:
         lines.append(
-            f"  error     {paint(job.error_code, 'red')}  {job.error_detail or ''}".rstrip()
+            f"  error {paint(job.error_code, 'red')}: {job.error_detail or ''}".rstrip(" :")
         )
     if timeline.worker_state is not None:
         state = paint.status(timeline.worker_state.value)
@@ -607,7 +606,7 @@ def render_timeline_text(timeline: JobTimeline, *, color: bool = False) -> str:
             "-" if job.heartbeat_at is None else f"{human_seconds(now - job.heartbeat_at)} ago"
         )
         lines.append(
-            f"  held by   {job.claimed_by} ({state}{seen})   last heartbeat {heartbeat}   "
+            f"  held by {job.claimed_by} ({state}{seen})   last heartbeat {heartbeat}   "
             f"lease {lease}"
         )
     parts = ["\n".join(lines)]

@@ -108,7 +108,7 @@ def test_show_prints_the_timeline_as_text_and_json(db_url, known):
     data = json.loads(sqlq("show", job_id, "--json", "--db", db_url).stdout)
 
     assert f"job {job_id}" in text and "attempts" in text and "timeline" in text
-    assert "held by   w-silent (silent" in text
+    assert "held by w-silent (silent" in text
     assert data["job"]["status"] == "RUNNING"
     assert [a["status"] for a in data["attempts"]] == ["FAILED", "RUNNING"]
     assert [e["event"] for e in data["events"]] == ["ENQUEUED"]
