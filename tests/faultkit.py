@@ -9,7 +9,7 @@ mid-flight, and run an actor in a thread. Every tool works on a real database.
 - :class:`PauseAfter` stops the first statement on an engine that matches a pattern
   right after it ran, inside its transaction (locks held), until released.
 - :class:`Actor` runs a call in a thread and hands back its result or exception.
-- :func:`wait_until_blocked_or_done` returns once an actor is waiting on a lock held
+- :func:`start_blocked` starts an actor and returns once it is waiting on a lock held
   by a paused transaction (or has finished), so "B tried while A held it" is forced.
 """
 
@@ -26,7 +26,7 @@ import sqlalchemy
 from sqlalchemy import event, text
 from sqlalchemy.engine import Connection, Engine
 
-GIVE_UP_SECONDS = 60.0
+GIVE_UP_SECONDS = 30.0
 """How long a helper waits for something that should happen at once (a hang guard)."""
 
 SQLQ_TABLES = ("sqlq_jobs", "sqlq_job_attempts", "sqlq_job_events", "sqlq_workers")
@@ -64,6 +64,7 @@ def unchecked(engine: Engine) -> Iterator[Connection]:
 class PauseAfter:
     """Hold the first statement on ``engine`` whose SQL matches ``pattern``.
 
+    Patterns are matched against the statement with its whitespace collapsed.
     The statement has run (its locks are taken) and its transaction is still open;
     the thread that ran it waits until :meth:`release`. ``reached`` is set when that
     happens. Use as a context manager so the hook is always removed.
@@ -79,7 +80,7 @@ class PauseAfter:
 
     def _hook(self, conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         with self._lock:
-            if self._fired or not self.pattern.search(statement):
+            if self._fired or not self.pattern.search(" ".join(statement.split())):
                 return
             self._fired = True
         self.reached.set()
@@ -99,8 +100,11 @@ class PauseAfter:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        # Disarm rather than remove: another thread may be iterating the engine's
+        # listeners right now, and removing one under it breaks that iteration.
+        with self._lock:
+            self._fired = True
         self.release()
-        event.remove(self.engine, "after_cursor_execute", self._hook)
 
 
 class Actor:
@@ -147,9 +151,10 @@ class StatementSeen:
         self.engine = engine
         self.pattern = re.compile(pattern, re.IGNORECASE | re.DOTALL)
         self.seen = threading.Event()
+        self._armed = True
 
     def _hook(self, conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if self.pattern.search(statement):
+        if self._armed and self.pattern.search(" ".join(statement.split())):
             self.seen.set()
 
     def __enter__(self) -> StatementSeen:
@@ -157,7 +162,7 @@ class StatementSeen:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        event.remove(self.engine, "before_cursor_execute", self._hook)
+        self._armed = False  # disarmed, not removed (see PauseAfter.__exit__)
 
 
 def wait_until_blocked_or_done(actor: Actor, observer: Engine, seen: StatementSeen) -> None:
@@ -188,3 +193,13 @@ def wait_until_blocked_or_done(actor: Actor, observer: Engine, seen: StatementSe
             if time.monotonic() > deadline:
                 raise AssertionError("the actor never blocked on a lock")
             time.sleep(0.005)
+
+
+def start_blocked(call: Callable[[], Any], actor_engine: Engine, observer: Engine) -> Actor:
+    """Start ``call`` (which uses ``actor_engine``) and return once it is blocked
+    behind a lock held by a paused transaction, or already finished."""
+    seen = StatementSeen(actor_engine, r"^BEGIN IMMEDIATE|^\s*(UPDATE|SELECT|WITH|INSERT)")
+    with seen:
+        actor = Actor(call, name="blocked-actor")
+        wait_until_blocked_or_done(actor, observer, seen)
+    return actor
