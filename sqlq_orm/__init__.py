@@ -16,12 +16,14 @@ from sqlq_orm.errors import (
     MaxRuntimeExceeded,
     SqlqError,
 )
+from sqlq_orm.handlers import HandlerRegistry, JobContext
 from sqlq_orm.lease import Lease
 from sqlq_orm.mixins import JobAttemptMixin, JobEventMixin, JobMixin, WorkerMixin
 from sqlq_orm.models import Base, Job, JobAttempt, JobEvent, WorkerRecord
 from sqlq_orm.retry import RetryPolicy
 from sqlq_orm.service import EnqueuedJob, JobSpec, Models, Queue, SweepResult
 from sqlq_orm.states import AttemptStatus, Event, JobStatus
+from sqlq_orm.worker import Worker, WorkerStats
 
 __all__ = [
     "AttemptStatus",
@@ -30,11 +32,13 @@ __all__ = [
     "DatabaseClock",
     "EnqueuedJob",
     "Event",
+    "HandlerRegistry",
     "InvalidInput",
     "InvalidTransition",
     "Job",
     "JobAttempt",
     "JobAttemptMixin",
+    "JobContext",
     "JobError",
     "JobEvent",
     "JobEventMixin",
@@ -51,8 +55,10 @@ __all__ = [
     "RetryPolicy",
     "SqlqError",
     "SweepResult",
+    "Worker",
     "WorkerMixin",
     "WorkerRecord",
+    "WorkerStats",
     "configure_engine",
     "create_engine",
 ]

@@ -1,0 +1,237 @@
+"""What handler authors see: the :class:`HandlerRegistry` and the :class:`JobContext`.
+
+A handler is a plain function that takes a :class:`JobContext`::
+
+    registry = HandlerRegistry()
+
+    @registry.handler("send_email")
+    def send_email(ctx: JobContext) -> None:
+        mailer.send(**ctx.payload)
+
+It succeeds by returning (a returned string is stored as the job's ``result_ref``)
+and fails by raising: :class:`~sqlq_orm.errors.JobError` for a classified failure,
+anything else for an unclassified one. A long handler polls ``ctx.should_stop`` (or
+sleeps with ``ctx.sleep``) so it can stop early once its lease is gone.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from sqlq_orm.errors import InvalidInput
+
+Handler = Callable[["JobContext"], Any]
+"""A job handler: called with the job's context, in a worker thread."""
+
+
+class HandlerRegistry:
+    """Handlers by job type. The worker looks each claimed job's ``type`` up here."""
+
+    def __init__(self, handlers: Mapping[str, Handler] | None = None) -> None:
+        self._handlers: dict[str, Handler] = {}
+        for job_type, function in (handlers or {}).items():
+            self.register(job_type, function)
+
+    def register(self, job_type: str, function: Handler) -> Handler:
+        """Make ``function`` the handler of ``job_type``; return it unchanged."""
+        if not isinstance(job_type, str) or not job_type.strip():
+            raise InvalidInput(f"job type must be a non-empty string, got {job_type!r}")
+        if not callable(function):
+            raise InvalidInput(f"handler for {job_type!r} must be callable, got {function!r}")
+        if job_type in self._handlers and self._handlers[job_type] is not function:
+            raise InvalidInput(
+                f"job type {job_type!r} already has a handler "
+                f"({_name(self._handlers[job_type])}); register each type once"
+            )
+        self._handlers[job_type] = function
+        return function
+
+    def handler(self, job_type: str) -> Callable[[Handler], Handler]:
+        """Decorator form of :meth:`register`: ``@registry.handler("send_email")``."""
+
+        def decorate(function: Handler) -> Handler:
+            return self.register(job_type, function)
+
+        return decorate
+
+    def get(self, job_type: str) -> Handler | None:
+        """The handler of ``job_type``, or None if there is none."""
+        return self._handlers.get(job_type)
+
+    @property
+    def types(self) -> list[str]:
+        """Every registered job type, sorted."""
+        return sorted(self._handlers)
+
+    def __contains__(self, job_type: object) -> bool:
+        return job_type in self._handlers
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.types)
+
+    def __len__(self) -> int:
+        return len(self._handlers)
+
+
+def load_registry(spec: str) -> HandlerRegistry:
+    """Import ``"package.module:attribute"`` and return the registry it names.
+
+    The attribute defaults to ``registry``; a mapping of type to function is accepted
+    too. The working directory is importable, as it is for ``python -m``.
+    """
+    module_name, _, attribute = spec.partition(":")
+    attribute = attribute or "registry"
+    if not module_name:
+        raise InvalidInput(f"--handlers must look like 'package.module:registry', got {spec!r}")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise InvalidInput(f"cannot import handlers module {module_name!r}: {exc}") from None
+    try:
+        found = getattr(module, attribute)
+    except AttributeError:
+        raise InvalidInput(
+            f"handlers module {module_name!r} has no attribute {attribute!r}"
+        ) from None
+    if isinstance(found, HandlerRegistry):
+        return found
+    if isinstance(found, Mapping):
+        return HandlerRegistry(found)
+    raise InvalidInput(
+        f"{spec!r} is a {type(found).__name__}, not a HandlerRegistry or a mapping of "
+        "job type to handler"
+    )
+
+
+def _name(function: Any) -> str:
+    return f"{getattr(function, '__module__', '?')}.{getattr(function, '__qualname__', function)}"
+
+
+class JobContext:
+    """Everything a handler gets about the job it runs, and when to give up on it.
+
+    ``should_stop`` turns true when the worker no longer holds the job: its lease was
+    lost (reclaimed, cancelled, or no heartbeat got through for a whole lease), the job
+    ran past its max runtime, or the worker gave it back at shutdown. Whatever the
+    handler does after that is discarded, so a long handler should check it between
+    steps. ``shutdown_requested`` turns true as soon as the worker starts shutting
+    down; the job may still finish within the grace period.
+    """
+
+    def __init__(
+        self,
+        *,
+        job_id: int,
+        attempt: int,
+        type: str,
+        queue: str,
+        payload: Any,
+        payload_ref: str | None,
+        worker_id: str,
+        retries_left: int,
+        lease_seconds: float,
+        leased_at: float,
+        shutdown: threading.Event,
+    ) -> None:
+        self.job_id = job_id
+        self.attempt = attempt
+        self.type = type
+        self.queue = queue
+        self.payload = payload
+        self.payload_ref = payload_ref
+        self.worker_id = worker_id
+        self.retries_left = retries_left
+        self._lease_seconds = lease_seconds
+        self._shutdown = shutdown
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._reason: str | None = None
+        self._renewed_at = leased_at  # monotonic time the claim was sent
+        self.runtime_exceeded = False
+        """True once the job ran past its ``max_runtime_seconds``."""
+
+    def __repr__(self) -> str:
+        return (
+            f"JobContext(job_id={self.job_id}, attempt={self.attempt}, type={self.type!r}, "
+            f"queue={self.queue!r})"
+        )
+
+    # -- set by the worker ---------------------------------------------------------
+
+    def _renewed(self, at: float) -> None:
+        """The lease was renewed by a heartbeat sent at monotonic time ``at``."""
+        with self._lock:
+            self._renewed_at = max(self._renewed_at, at)
+
+    def _give_up(self, reason: str, *, runtime_exceeded: bool = False) -> bool:
+        """Mark the job as no longer ours; return False if it already was."""
+        with self._lock:
+            if self._reason is not None:
+                return False
+            self._reason = reason
+            self.runtime_exceeded = self.runtime_exceeded or runtime_exceeded
+        self._stop.set()
+        return True
+
+    def _check_fence(self) -> None:
+        """Give up for good once no heartbeat has renewed the lease for a whole lease.
+
+        Sticky on purpose: a handler told to stop may have cut its work short, so a
+        late renewal must not turn its early return into a success.
+        """
+        with self._lock:
+            overdue = time.monotonic() - self._renewed_at >= self._lease_seconds
+        if overdue:
+            self._give_up(f"no heartbeat got through for {self._lease_seconds:g}s (self-fenced)")
+
+    @property
+    def _given_up(self) -> bool:
+        """Whether the worker has already given up on the job (no time check)."""
+        with self._lock:
+            return self._reason is not None
+
+    # -- read by the handler --------------------------------------------------------
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why the worker gave up on this job, or None while it still holds it."""
+        self._check_fence()
+        with self._lock:
+            return self._reason
+
+    @property
+    def should_stop(self) -> bool:
+        """True once the worker no longer holds this job: stop, nothing will be recorded."""
+        return self.stop_reason is not None
+
+    @property
+    def lease_lost(self) -> bool:
+        """True once the lease is gone for any reason (same as ``should_stop``)."""
+        return self.should_stop
+
+    @property
+    def shutdown_requested(self) -> bool:
+        """True once the worker is shutting down; finish soon or be released."""
+        return self._shutdown.is_set()
+
+    def sleep(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``, waking early if the job should stop.
+
+        Returns ``should_stop``, so a loop can read ``if ctx.sleep(1): return``.
+        """
+        deadline = time.monotonic() + seconds
+        while not self.should_stop:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            # Short waits: a self-fence is noticed by time passing, not by an event.
+            self._stop.wait(min(left, 0.25))
+        return self.should_stop
