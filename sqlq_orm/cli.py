@@ -76,20 +76,11 @@ def open_engine(db: str | None, **kwargs: Any) -> Engine:
 
 
 def migrate_schema(engine: Engine) -> str:
-    """Bring the schema to the newest revision; return a one-line summary.
+    """Bring the schema to the newest revision with the packaged Alembic migrations."""
+    from sqlq_orm.migrate import current, upgrade
 
-    Uses the packaged Alembic migrations when available; until they land, creates the
-    tables from the models.
-    """
-    try:
-        from sqlq_orm.migrate import upgrade  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        from sqlq_orm.models import Base
-
-        Base.metadata.create_all(engine)
-        return "created the sqlq tables from the models (no migrations packaged)"
     upgrade(engine)
-    return "migrated to the newest revision"
+    return f"schema at revision {', '.join(sorted(current(engine)))} (newest)"
 
 
 def open_queue(db: str | None, *, retry_base: float | None = None, **engine_kwargs: Any) -> Queue:

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 import sqlq_orm
+from sqlq_orm import migrate
 from tests.worker_helpers import ROOT, subprocess_env
 
 pytestmark = pytest.mark.slow
@@ -25,7 +26,9 @@ def test_demo_recovers_the_killed_job_and_fails_the_poison_job(tmp_path):
     assert "its worker was SIGKILLed mid-run; the sweeper recovered it (now SUCCEEDED)" in report
     assert "the poison job killed 3 worker(s) and ended FAILED (LEASE:EXPIRED)" in report
     assert "nothing left behind: 0 running, 0 claimed" in report
-    queue = sqlq_orm.Queue(sqlq_orm.create_engine(f"sqlite:///{tmp_path / 'demo.db'}"))
+    engine = sqlq_orm.create_engine(f"sqlite:///{tmp_path / 'demo.db'}")
+    assert migrate.current(engine), "the demo database was not built by the migrations"
+    queue = sqlq_orm.Queue(engine)
     victim = queue.get_job(1)
     assert [e.event for e in victim.events].count("RECOVERED") == 1
     assert [a.status for a in victim.attempts] == ["FAILED", "SUCCEEDED"]
