@@ -490,9 +490,8 @@ class Worker:
                     )
                 context.payload = lease.payload
                 returned = handler(context)
-            except JobError as exc:
+            except JobError as exc:  # classified by the handler: no traceback needed
                 outcome = outcome_of_exception(exc)
-                log.warning("%s failed: %s", run.describe(), exc)
             except BaseException as exc:  # noqa: BLE001 - a handler must never kill its thread silently
                 outcome = outcome_of_exception(exc)
                 log.error("%s raised %s", run.describe(), outcome.error_detail, exc_info=exc)
@@ -530,10 +529,11 @@ class Worker:
                         retryable=outcome.retryable,
                     )
                     self.stats.add("failed")
-                    log.info(
-                        "%s failed with %s; job is now %s",
+                    log.warning(
+                        "%s failed with %s (%s); job is now %s",
                         run.describe(),
                         outcome.error_code,
+                        outcome.error_detail or "no detail",
                         went_to,
                     )
                 return

@@ -162,3 +162,18 @@ def test_poison_job_that_kills_every_worker_ends_failed_while_other_jobs_flow(
     assert (row.error_code, row.attempt_count) == ("LEASE:EXPIRED", 2)
     assert [a.status for a in row.attempts] == ["FAILED", "FAILED"]
     assert len(pool.deaths) >= 2
+
+
+def test_second_sigterm_skips_the_grace_period_and_still_releases(live_queue, processes):
+    job = live_queue.enqueue("ignore_shutdown")
+    worker = processes.worker("worker-a", "--grace", "600", "--no-sweep")
+    wait_until(status_is(live_queue, job.id, "RUNNING"), "the job to run")
+    worker.send_signal(signal.SIGTERM)
+    wait_until(lambda: "signal received" in processes.log(worker), "the first signal to land")
+
+    worker.send_signal(signal.SIGTERM)
+    exit_code = worker.wait(timeout=30)  # far inside the 600 s grace period
+
+    assert exit_code == 0
+    row = job_row(live_queue, job.id)
+    assert (row.status, row.events[-1].event) == ("QUEUED", "RELEASED")
