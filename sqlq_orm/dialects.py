@@ -5,6 +5,7 @@
 - the database clock as a SQL expression compiled per dialect,
 - how a claim picks rows (``FOR UPDATE SKIP LOCKED`` in a ``MATERIALIZED`` CTE on
   PostgreSQL; a plain subquery inside a ``BEGIN IMMEDIATE`` transaction on SQLite),
+  and how many rows a statement with ``RETURNING`` changed,
 - how a claim hands each row its own lease token,
 - which ``insert`` construct offers ``on_conflict_do_update``.
 
@@ -174,21 +175,15 @@ class DialectSupport:
     """``insert`` construct with ``on_conflict_do_update`` / ``do_nothing``."""
     read_options: dict[str, Any]
     """Execution options for a read-only transaction."""
+    lock_rows: Callable[[Select[Any], bool], Select[Any]]
+    """Make a claim's candidate ``SELECT`` lock what it reads (``skip_locked``: pass
+    over rows another transaction holds instead of waiting for them)."""
     pick: Callable[[Select[Any], str], FromClause]
-    """Wrap a locking ``SELECT ... LIMIT n`` so an ``UPDATE ... FROM`` can use it."""
+    """Wrap the claim's ``SELECT ... LIMIT n`` so an ``UPDATE ... FROM`` can use it."""
     token_for_row: Callable[[ColumnElement[int]], ColumnElement[str]]
     """Expression picking row ``rn``'s token (1-based) out of the ``tokens`` param."""
     bind_tokens: Callable[[Sequence[str]], Any]
     """Turn a list of tokens into the value bound to the ``tokens`` param."""
-    claim_merges_queues: bool
-    """Claim from several queues by merging one index-ordered pick per queue.
-
-    ``queue IN (a, b) ORDER BY priority DESC, run_at, id`` cannot follow the claim
-    index, so the database sorts every ready job of those queues on each claim. Taking
-    the first ``limit`` of each queue in index order and sorting only those gives the
-    same rows. It needs writers to be serialised (SQLite's ``BEGIN IMMEDIATE``): row
-    locks (``FOR UPDATE``) are not allowed on a ``UNION``.
-    """
     rows_changed: Callable[[Connection, Any], int]
     """How many rows the statement that produced ``result`` changed (all fetched)."""
     snapshot_options: dict[str, Any] = field(default_factory=dict)
@@ -196,15 +191,23 @@ class DialectSupport:
     snapshot (several queries that must agree, e.g. :mod:`sqlq_orm.invariants`)."""
 
 
+def _lock_rows_sqlite(select: Select[Any], skip_locked: bool) -> Select[Any]:
+    # BEGIN IMMEDIATE already serialises writers: nothing to lock row by row.
+    return select
+
+
+def _lock_rows_postgresql(select: Select[Any], skip_locked: bool) -> Select[Any]:
+    return select.with_for_update(skip_locked=skip_locked)
+
+
 def _pick_sqlite(select: Select[Any], name: str) -> FromClause:
-    # BEGIN IMMEDIATE already serialises writers; a subquery is enough.
     return select.subquery(name)
 
 
 def _pick_postgresql(select: Select[Any], name: str) -> FromClause:
     # MATERIALIZED: evaluate the locking SELECT exactly once. Inlined as
     # "IN (SELECT ... LIMIT n)" it may be re-run and claim more than n rows.
-    return select.with_for_update(skip_locked=True).cte(name).prefix_with("MATERIALIZED")
+    return select.cte(name).prefix_with("MATERIALIZED")
 
 
 def _rows_changed_sqlite(connection: Connection, result: Any) -> int:
@@ -214,7 +217,9 @@ def _rows_changed_sqlite(connection: Connection, result: Any) -> int:
 
 def _token_sqlite(rn: ColumnElement[int]) -> ColumnElement[str]:
     path = literal("$[") + cast(rn - 1, String) + literal("]")
-    return cast(sqlalchemy.func.json_extract(sqlalchemy.bindparam("tokens", type_=Text), path), String)
+    return cast(
+        sqlalchemy.func.json_extract(sqlalchemy.bindparam("tokens", type_=Text), path), String
+    )
 
 
 def _token_postgresql(rn: ColumnElement[int]) -> ColumnElement[str]:
@@ -232,7 +237,7 @@ _SUPPORT: dict[str, DialectSupport] = {
         pick=_pick_sqlite,
         token_for_row=_token_sqlite,
         bind_tokens=lambda tokens: json.dumps(list(tokens)),
-        claim_merges_queues=True,
+        lock_rows=_lock_rows_sqlite,
         rows_changed=_rows_changed_sqlite,
         # A WAL reader keeps the snapshot of its first read until the transaction ends.
         snapshot_options={SQLITE_BEGIN_OPTION: "DEFERRED"},
@@ -244,7 +249,7 @@ _SUPPORT: dict[str, DialectSupport] = {
         pick=_pick_postgresql,
         token_for_row=_token_postgresql,
         bind_tokens=list,
-        claim_merges_queues=False,
+        lock_rows=_lock_rows_postgresql,
         rows_changed=lambda connection, result: int(result.rowcount),
         # READ COMMITTED takes a new snapshot per statement; checks that join several
         # queries would see a job move between them and report a false violation.

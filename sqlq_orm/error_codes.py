@@ -27,14 +27,10 @@ def normalize_error_code(code: object) -> str:
     that does not have exactly one colon between two identifiers is rejected.
     """
     if not isinstance(code, str):
-        raise InvalidInput(
-            f"error_code must be a string like 'TIMEOUT:UPSTREAM_API', got {code!r}"
-        )
+        raise InvalidInput(f"error_code must be a string like 'TIMEOUT:UPSTREAM_API', got {code!r}")
     parts = code.split(":")
     if len(parts) != 2:
-        raise InvalidInput(
-            f"error_code must be CATEGORY:SUBCATEGORY (one colon), got {code!r}"
-        )
+        raise InvalidInput(f"error_code must be CATEGORY:SUBCATEGORY (one colon), got {code!r}")
     normalized = ":".join(_SEPARATORS.sub("_", p.strip()).upper() for p in parts)
     if not _CODE.match(normalized):
         raise InvalidInput(
@@ -57,7 +53,9 @@ def summarize_detail(detail: object, limit: int = ERROR_DETAIL_MAX) -> str | Non
     """
     if detail is None:
         return None
-    text = str(detail).strip()
+    # PostgreSQL refuses text holding NUL, and a failure that cannot be recorded
+    # leaves its job RUNNING while the worker retries: show the NUL instead.
+    text = str(detail).strip().replace("\x00", "\\x00")
     if len(text) <= limit:
         return text
     return text[: limit - len(TRUNCATION_MARK)] + TRUNCATION_MARK

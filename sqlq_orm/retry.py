@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
@@ -23,11 +24,14 @@ class RetryPolicy:
     jitter: float = 0.25
 
     def __post_init__(self) -> None:
-        if not self.base_seconds > 0:
-            raise InvalidInput(f"base_seconds must be > 0, got {self.base_seconds!r}")
-        if self.max_seconds < self.base_seconds:
+        if not (self.base_seconds > 0 and math.isfinite(self.base_seconds)):
             raise InvalidInput(
-                f"max_seconds ({self.max_seconds!r}) must be >= base_seconds "
+                f"base_seconds must be a finite number > 0, got {self.base_seconds!r}"
+            )
+        # Written so that NaN fails too: every comparison with NaN is False.
+        if not (math.isfinite(self.max_seconds) and self.max_seconds >= self.base_seconds):
+            raise InvalidInput(
+                f"max_seconds ({self.max_seconds!r}) must be finite and >= base_seconds "
                 f"({self.base_seconds!r})"
             )
         if not 0 <= self.jitter < 1:

@@ -31,12 +31,13 @@ from sqlq_orm.errors import (
     JobNotFound,
     LeaseLost,
     MaxRuntimeExceeded,
+    SqlqError,
 )
 from sqlq_orm.lease import Lease
 from sqlq_orm.mixins import DEDUPE_KEY_MAX, QUEUE_MAX, REF_MAX, TYPE_MAX, WORKER_ID_MAX
 from sqlq_orm.retry import RetryPolicy
-from sqlq_orm.states import HELD, TERMINAL, AttemptStatus, Event, JobStatus
 from sqlq_orm.statements import Statements, Tables
+from sqlq_orm.states import HELD, TERMINAL, AttemptStatus, Event, JobStatus
 
 log = logging.getLogger("sqlq_orm")
 
@@ -45,6 +46,9 @@ DEFAULT_HEARTBEAT_EVENT_INTERVAL = 300.0
 """A running job logs a HEARTBEAT event at most this often (seconds, monotonic)."""
 
 SYSTEM_ACTOR = "system"
+
+_DEDUPE_ROUNDS = 5
+"""Lookups and re-inserts an enqueue with a dedupe_key tries before giving up."""
 
 # Columns the service fills itself; a host app's extra columns are everything else.
 _SERVICE_COLUMNS = frozenset(
@@ -239,10 +243,14 @@ class Queue:
         """Validate one job's arguments; return the parameters of the insert statement."""
         validation.require_name("type", type, TYPE_MAX)
         validation.require_name("queue", queue, QUEUE_MAX)
-        validation.require_int("priority", priority)
+        validation.require_int(
+            "priority", priority, minimum=validation.INT32_MIN, maximum=validation.INT32_MAX
+        )
         absolute_run_at, delay_seconds = validation.schedule(run_at, delay)
-        validation.optional_int("max_retries", max_retries, minimum=0)
-        validation.optional_int("max_runtime_seconds", max_runtime_seconds, minimum=1)
+        validation.optional_int("max_retries", max_retries, minimum=0, maximum=validation.INT32_MAX)
+        validation.optional_int(
+            "max_runtime_seconds", max_runtime_seconds, minimum=1, maximum=validation.INT32_MAX
+        )
         validation.optional_name("dedupe_key", dedupe_key, DEDUPE_KEY_MAX)
         validation.optional_name("payload_ref", payload_ref, REF_MAX)
         return {
@@ -306,32 +314,41 @@ class Queue:
         with self._write(session) as connection:
             job_id = connection.execute(statement, params).scalar_one_or_none()
             if job_id is None:
-                return EnqueuedJob(id=self._active_duplicate(connection, dedupe_key), created=False)
+                existing, job_id = self._active_duplicate_or_insert(connection, statement, params)
+                if existing is not None:
+                    return EnqueuedJob(id=existing, created=False)
             detail = {"queue": queue, "type": type}
             if dedupe_key is not None:
                 detail["dedupe_key"] = dedupe_key
-            self._write_events(connection, [self._event(job_id, Event.ENQUEUED, SYSTEM_ACTOR, detail)])
+            self._write_events(
+                connection, [self._event(job_id, Event.ENQUEUED, SYSTEM_ACTOR, detail)]
+            )
         return EnqueuedJob(id=job_id, created=True)
 
-    def _active_duplicate(self, connection: Connection, dedupe_key: str | None) -> int:
-        """The unfinished job whose dedupe key made our insert do nothing.
+    def _active_duplicate_or_insert(
+        self, connection: Connection, statement: Any, params: dict[str, Any]
+    ) -> tuple[int | None, int]:
+        """After an insert that conflicted: ``(existing id, 0)`` or ``(None, new id)``.
 
         ``ON CONFLICT DO NOTHING`` on the partial unique index makes the insert race
         free: of two concurrent enqueues one inserts, the other waits for it and then
         conflicts. Under READ COMMITTED (and SQLite's single writer) the winner is
-        visible to this next statement.
+        visible to the lookup that follows. If that job finished in between (it left
+        the partial index), the key is free again, so insert once more.
         """
-        existing = connection.execute(
-            self.sql.find_active_by_dedupe_key, {"p_dedupe_key": dedupe_key}
-        ).scalar_one_or_none()
-        if existing is None:
-            # The conflicting job finished between our two statements. Rare; the
-            # caller can enqueue again and will then get a new job.
-            raise InvalidInput(
-                f"the unfinished job with dedupe_key {dedupe_key!r} finished while "
-                "enqueueing; enqueue again"
-            )
-        return int(existing)
+        for _ in range(_DEDUPE_ROUNDS):
+            existing = connection.execute(
+                self.sql.find_active_by_dedupe_key, {"p_dedupe_key": params["p_dedupe_key"]}
+            ).scalar_one_or_none()
+            if existing is not None:
+                return int(existing), 0
+            job_id = connection.execute(statement, params).scalar_one_or_none()
+            if job_id is not None:
+                return None, int(job_id)
+        raise SqlqError(
+            f"enqueue with dedupe_key {params['p_dedupe_key']!r} kept colliding with jobs "
+            f"that finished at once ({_DEDUPE_ROUNDS} rounds); nothing was written, try again"
+        )
 
     def enqueue_many(
         self, jobs: Iterable[JobSpec | Mapping[str, Any]], *, session: Session | None = None
@@ -365,13 +382,22 @@ class Queue:
             return []
         with self._write(session) as connection:
             # executemany with RETURNING: SQLAlchemy batches the rows into multi-row
-            # INSERTs and hands the ids back in parameter order.
-            result = connection.execute(self.sql.insert_job_ordered, params)
-            ids = [row[0] for row in result.all()]
+            # INSERTs. Asking it for the ids in parameter order would make it insert
+            # row by row on SQLite (no "sentinel" support there); but both databases
+            # number the rows of one INSERT in VALUES order, and the batches run in
+            # order, so the sorted ids are the ids in parameter order.
+            ids = sorted(row[0] for row in connection.execute(self.sql.insert_job, params))
+            if len(ids) != len(params):
+                raise SqlqError(f"inserted {len(ids)} of {len(params)} jobs; rolled back")
             self._write_events(
                 connection,
                 [
-                    self._event(job_id, Event.ENQUEUED, SYSTEM_ACTOR, {"queue": p["p_queue"], "type": p["p_type"]})
+                    self._event(
+                        job_id,
+                        Event.ENQUEUED,
+                        SYSTEM_ACTOR,
+                        {"queue": p["p_queue"], "type": p["p_type"]},
+                    )
                     for job_id, p in zip(ids, params, strict=True)
                 ],
             )
@@ -393,48 +419,62 @@ class Queue:
         Each claimed job gets a fresh lease token, ``lease_expires_at = now +
         lease_seconds`` and a CLAIMED event. With ``start=True`` the jobs go straight to
         RUNNING (attempt opened, STARTED event), saving a round trip per job. Returns
-        an empty list when nothing is ready. Never claims more than ``limit``, and never
-        hands one job to two claimers.
+        the leases sorted by job id, or an empty list when nothing is ready. Never claims
+        more than ``limit``, and never hands one job to two claimers.
         """
         validation.require_name("worker_id", worker_id, WORKER_ID_MAX)
-        queue_names = [queues] if isinstance(queues, str) else list(queues)
-        if not queue_names:
-            raise InvalidInput("queues must name at least one queue, got none")
-        for name in queue_names:
-            validation.require_name("queue", name, QUEUE_MAX)
+        queue_names = validation.claim_queues(queues, QUEUE_MAX)
         limit = validation.claim_limit(limit)
         seconds = validation.lease_seconds(
             self.default_lease_seconds if lease_seconds is None else lease_seconds
         )
         tokens = [secrets.token_urlsafe(24) for _ in range(limit)]
-        params = {
-            "p_queues": queue_names,
-            "p_limit": limit,
-            "p_worker": worker_id,
-            "p_lease_seconds": seconds,
-            "tokens": self.dialect.bind_tokens(tokens),
-        }
-        statement = self.sql.claim_and_start if start else self.sql.claim
+        statement, params = self.sql.claim_for(queue_names, start=start)
+        params.update(
+            p_limit=limit,
+            p_worker=worker_id,
+            p_lease_seconds=seconds,
+            tokens=self.dialect.bind_tokens(tokens),
+        )
         with self._write() as connection:
-            rows = connection.execute(statement, params).all()
+            result = connection.execute(statement, params)
+            rows = result.all()
             if not rows:
                 return []
+            changed = self.dialect.rows_changed(connection, result)
+            if changed != len(rows) or len(rows) > limit:
+                # Every claimed row must get its CLAIMED event below; a row changed but
+                # not returned would be a job held by nobody. Roll the claim back.
+                raise SqlqError(
+                    f"claim changed {changed} row(s) but returned {len(rows)} (limit "
+                    f"{limit}); rolled back, nothing was claimed"
+                )
             leases = [self._lease_from_row(row, worker_id, started=start) for row in rows]
             events = []
             for lease in leases:
                 events.append(
                     self._event(
-                        lease.job_id, Event.CLAIMED, worker_id,
+                        lease.job_id,
+                        Event.CLAIMED,
+                        worker_id,
                         {"attempt": lease.attempt, "lease_seconds": seconds},
                     )  # fmt: skip
                 )
                 if start:
-                    events.append(self._event(lease.job_id, Event.STARTED, worker_id, {"attempt": lease.attempt}))
+                    events.append(
+                        self._event(
+                            lease.job_id, Event.STARTED, worker_id, {"attempt": lease.attempt}
+                        )
+                    )
             if start:
                 connection.execute(
                     self.sql.open_attempt,
                     [
-                        {"p_job_id": lease.job_id, "p_attempt": lease.attempt, "p_worker": worker_id}
+                        {
+                            "p_job_id": lease.job_id,
+                            "p_attempt": lease.attempt,
+                            "p_worker": worker_id,
+                        }
                         for lease in leases
                     ],
                 )
@@ -484,7 +524,11 @@ class Queue:
             )
             self._write_events(
                 connection,
-                [self._event(lease.job_id, Event.STARTED, lease.worker_id, {"attempt": lease.attempt})],
+                [
+                    self._event(
+                        lease.job_id, Event.STARTED, lease.worker_id, {"attempt": lease.attempt}
+                    )
+                ],
             )
         lease.started = True
         return lease
@@ -512,7 +556,14 @@ class Queue:
             if due:
                 self._write_events(
                     connection,
-                    [self._event(lease.job_id, Event.HEARTBEAT, lease.worker_id, {"lease_expires_at": expires_at})],
+                    [
+                        self._event(
+                            lease.job_id,
+                            Event.HEARTBEAT,
+                            lease.worker_id,
+                            {"lease_expires_at": expires_at},
+                        )
+                    ],
                 )
         if due:
             lease.last_heartbeat_event = time.monotonic()
@@ -520,8 +571,17 @@ class Queue:
         return int(expires_at)
 
     def succeed(self, lease: Lease, result_ref: str | None = None) -> None:
-        """Finish a RUNNING job as SUCCEEDED, close its attempt, write SUCCEEDED."""
+        """Finish a RUNNING job as SUCCEEDED, close its attempt, write SUCCEEDED.
+
+        Raises :class:`~sqlq_orm.errors.LeaseLost` (writing nothing) if the lease is no
+        longer held, and :class:`~sqlq_orm.errors.InvalidTransition` if the lease was
+        never started (only a running job can succeed).
+        """
         params = self._lease_params(lease)
+        if not lease.started:
+            raise InvalidTransition(
+                lease.job_id, JobStatus.CLAIMED.value, "succeed (start it first)"
+            )
         params["p_result_ref"] = validation.optional_name("result_ref", result_ref, REF_MAX)
         with self._write() as connection:
             if connection.execute(self.sql.succeed, params).rowcount != 1:
@@ -546,9 +606,10 @@ class Queue:
         ``retry_count + 1`` and ``run_at`` pushed out by the retry policy
         (RETRY_SCHEDULED event); otherwise it ends FAILED (FAILED event).
         ``error_code`` must be ``CATEGORY:SUBCATEGORY``; ``error_detail`` is cut to a
-        short summary.
+        short summary. A claimed job that was never started may be failed too (say,
+        its payload cannot be read); it has no attempt row to close.
         """
-        params = self._lease_params(lease)
+        self._lease_params(lease)
         code = error_codes.normalize_error_code(error_code)
         detail = error_codes.summarize_detail(error_detail)
         with self._write() as connection:
@@ -556,7 +617,7 @@ class Queue:
                 connection,
                 job_id=lease.job_id,
                 token=lease.token,
-                seen_status=JobStatus.RUNNING,
+                seen_status=JobStatus.RUNNING if lease.started else JobStatus.CLAIMED,
                 attempt=lease.attempt,
                 worker_id=lease.worker_id,
                 retry_count=lease.retry_count,
@@ -629,11 +690,13 @@ class Queue:
         code: str,
         detail: str | None,
         actor: str,
+        note: dict[str, Any] | None = None,
     ) -> JobStatus | None:
         """Requeue with backoff or fail a held job; None if the guard did not match.
 
         Shared by :meth:`fail` and :meth:`sweep`, so a failed run is recorded the same
-        way whoever noticed it.
+        way whoever noticed it. ``note`` (RECOVERED, TIMED_OUT) is written just before
+        the outcome's event, and only if the guarded update took.
         """
         params: dict[str, Any] = {
             "p_id": job_id,
@@ -653,13 +716,21 @@ class Queue:
                 job_id,
                 Event.RETRY_SCHEDULED,
                 actor,
-                {"attempt": attempt, "error_code": code, "retry": retry_count + 1, "delay": delay, "run_at": run_at},
+                {
+                    "attempt": attempt,
+                    "error_code": code,
+                    "retry": retry_count + 1,
+                    "delay": delay,
+                    "run_at": run_at,
+                },
             )
         else:
             if connection.execute(self.sql.fail, params).rowcount != 1:
                 return None
             outcome = JobStatus.FAILED
-            event = self._event(job_id, Event.FAILED, actor, {"attempt": attempt, "error_code": code})
+            event = self._event(
+                job_id, Event.FAILED, actor, {"attempt": attempt, "error_code": code}
+            )
         if seen_status is JobStatus.RUNNING:
             connection.execute(
                 self.sql.close_attempt_upsert,
@@ -672,12 +743,14 @@ class Queue:
                     "p_detail": detail,
                 },
             )
-        self._write_events(connection, [event])
+        self._write_events(connection, [note, event] if note else [event])
         return outcome
 
     # --------------------------------------------------------------------- sweep
 
-    def sweep(self, *, batch_size: int = 100, max_batches: int | None = None, actor: str = SYSTEM_ACTOR) -> SweepResult:
+    def sweep(
+        self, *, batch_size: int = 100, max_batches: int | None = None, actor: str = SYSTEM_ACTOR
+    ) -> SweepResult:
         """Take back jobs whose lease expired and end RUNNING jobs past max runtime.
 
         Works in short transactions of up to ``batch_size`` jobs until a batch comes
@@ -717,34 +790,45 @@ class Queue:
                 if reason == "expired":
                     code = error_codes.LEASE_EXPIRED
                     detail = f"lease held by {row.claimed_by} expired at {row.lease_expires_at}"
-                    note = self._event(
-                        row.id, Event.RECOVERED, actor,
-                        {"worker": row.claimed_by, "was": status.value, "lease_expires_at": row.lease_expires_at},
-                    )  # fmt: skip
+                    seen_lease = {
+                        "worker": row.claimed_by,
+                        "was": status.value,
+                        "lease_expires_at": row.lease_expires_at,
+                    }
+                    note = self._event(row.id, Event.RECOVERED, actor, seen_lease)
                 else:
                     code = error_codes.MAX_RUNTIME
-                    detail = f"ran past its max runtime of {row.max_runtime_seconds}s on {row.claimed_by}"
-                    note = self._event(
-                        row.id, Event.TIMED_OUT, actor,
-                        {"worker": row.claimed_by, "max_runtime_seconds": row.max_runtime_seconds},
-                    )  # fmt: skip
-                self._write_events(connection, [note])
+                    detail = (
+                        f"ran past its max runtime of {row.max_runtime_seconds}s "
+                        f"on {row.claimed_by}"
+                    )
+                    seen_run = {
+                        "worker": row.claimed_by,
+                        "max_runtime_seconds": row.max_runtime_seconds,
+                    }
+                    note = self._event(row.id, Event.TIMED_OUT, actor, seen_run)
                 outcome = self._end_attempt_with_failure(
                     connection,
                     job_id=row.id,
                     token=row.lease_token,
                     seen_status=status,
-                    attempt=row.attempt_count,
+                    # A claim that never started has no attempt row; name the one it
+                    # would have opened, as its lease did.
+                    attempt=row.attempt_count + 1
+                    if status is JobStatus.CLAIMED
+                    else row.attempt_count,
                     worker_id=row.claimed_by,
                     retry_count=row.retry_count,
                     max_retries=row.max_retries,
                     code=code,
                     detail=detail,
                     actor=actor,
+                    note=note,
                 )
                 if outcome is None:
-                    # Cannot happen while the row is locked; if it does, undo the note.
-                    raise LeaseLost(row.id, f"job {row.id} changed under the sweeper; batch rolled back")
+                    # The row moved since we read it (it is locked, so this should not
+                    # happen); the guard kept us off it and nothing was written for it.
+                    continue
                 if reason == "expired":
                     expired += 1
                 else:
@@ -802,14 +886,20 @@ class Queue:
                 raise InvalidTransition(job_id, status.value, "retry")
             try:
                 with connection.begin_nested():
-                    connection.execute(self.sql.manual_retry, {"p_id": job_id, "p_status": status.value})
+                    connection.execute(
+                        self.sql.manual_retry, {"p_id": job_id, "p_status": status.value}
+                    )
             except IntegrityError:
                 raise InvalidTransition(
                     job_id, status.value, "retry (another unfinished job has its dedupe_key)"
                 ) from None
-            self._write_events(connection, [self._event(job_id, Event.RETRIED, actor, {"was": status.value})])
+            self._write_events(
+                connection, [self._event(job_id, Event.RETRIED, actor, {"was": status.value})]
+            )
 
-    def _locked_status(self, connection: Connection, job_id: int) -> tuple[JobStatus, int, str | None]:
+    def _locked_status(
+        self, connection: Connection, job_id: int
+    ) -> tuple[JobStatus, int, str | None]:
         row = connection.execute(self.sql.lock_job, {"p_id": job_id}).one_or_none()
         if row is None:
             raise JobNotFound(job_id)

@@ -10,6 +10,7 @@ Bound parameter names start with ``p_`` so they never collide with column names.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,7 @@ from sqlalchemy import (
     null,
     or_,
     select,
+    union_all,
     update,
 )
 from sqlalchemy.sql.elements import ColumnElement
@@ -77,16 +79,15 @@ class Statements:
             "payload_ref": bindparam("p_payload_ref"),
             "dedupe_key": bindparam("p_dedupe_key"),
             "created_at": now,
-            "run_at": func.coalesce(bindparam("p_run_at", type_=BigInteger), now + bindparam("p_delay")),
+            "run_at": func.coalesce(
+                bindparam("p_run_at", type_=BigInteger), now + bindparam("p_delay")
+            ),
             "attempt_count": 0,
             "retry_count": 0,
             "max_retries": bindparam("p_max_retries"),
             "max_runtime_seconds": bindparam("p_max_runtime_seconds"),
         }
         self.insert_job = insert(jobs).values(job_values).returning(j.id)
-        self.insert_job_ordered = insert(jobs).values(job_values).returning(
-            j.id, sort_by_parameter_order=True
-        )
         self.insert_job_unless_duplicate = (
             dialect.insert(jobs)
             .values(job_values)
@@ -104,6 +105,8 @@ class Statements:
         # -- claim -----------------------------------------------------------------
         self.claim = self._build_claim(start=False)
         self.claim_and_start = self._build_claim(start=True)
+        # Claims that merge one pick per queue, built on first use per queue count.
+        self._merged_claims: dict[tuple[int, bool], Any] = {}
 
         guard = and_(j.id == bindparam("p_id"), j.lease_token == bindparam("p_token"))
         deadline_from_now = case(
@@ -308,21 +311,59 @@ class Statements:
         # -- small reads -----------------------------------------------------------
         self.count_by_status = select(j.status, func.count()).group_by(j.status)
 
-    def _build_claim(self, *, start: bool) -> Any:
-        jobs = self.tables.jobs
-        j = jobs.c
-        now = self.now
+    def claim_for(self, queues: Sequence[str], *, start: bool) -> tuple[Any, dict[str, Any]]:
+        """The claim statement for these (distinct) queues and the parameters naming them."""
+        if len(queues) > 1:
+            key = (len(queues), start)
+            statement = self._merged_claims.get(key)
+            if statement is None:
+                # A race here only builds the same statement twice.
+                statement = self._build_claim(start=start, merged_queues=len(queues))
+                self._merged_claims[key] = statement
+            return statement, {f"p_queue_{i}": name for i, name in enumerate(queues)}
+        return (self.claim_and_start if start else self.claim), {"p_queues": list(queues)}
+
+    def _ready_jobs(self, queue_filter: ColumnElement[bool], *columns: Any) -> Any:
+        """Ready jobs in claim order, at most ``p_limit`` of them."""
+        j = self.tables.jobs.c
         # Matches ix_*_claim (queue, status, priority DESC, run_at, id): no sort.
-        candidates = (
-            select(j.id)
-            .where(
-                j.queue.in_(bindparam("p_queues", expanding=True)),
-                j.status == JobStatus.QUEUED.value,
-                j.run_at <= now,
-            )
+        return (
+            select(j.id, *columns)
+            .where(queue_filter, j.status == JobStatus.QUEUED.value, j.run_at <= self.now)
             .order_by(j.priority.desc(), j.run_at, j.id)
             .limit(bindparam("p_limit", type_=Integer))
         )
+
+    def _build_claim(self, *, start: bool, merged_queues: int = 0) -> Any:
+        jobs = self.tables.jobs
+        j = jobs.c
+        now = self.now
+        lock = self.dialect.lock_rows
+        if merged_queues:
+            # "queue IN (a, b) ORDER BY priority DESC, run_at, id" cannot follow the claim
+            # index past its first column: PostgreSQL sorts every ready job of those
+            # queues, then locks. Instead take the first p_limit of each queue in index
+            # order (each locked as read), and the first p_limit of those: the same rows,
+            # sorting at most queues * p_limit. On PostgreSQL the rows read but not
+            # picked stay locked (skipped by other claimers) until this claim commits.
+            branches = [
+                lock(
+                    self._ready_jobs(j.queue == bindparam(f"p_queue_{i}"), j.priority, j.run_at),
+                    True,
+                ).subquery(f"ready_{i}")
+                for i in range(merged_queues)
+            ]
+            ready = union_all(*(select(b.c.id, b.c.priority, b.c.run_at) for b in branches))
+            merged = ready.subquery("ready")
+            candidates = (
+                select(merged.c.id)
+                .order_by(merged.c.priority.desc(), merged.c.run_at, merged.c.id)
+                .limit(bindparam("p_limit", type_=Integer))
+            )
+        else:
+            candidates = lock(
+                self._ready_jobs(j.queue.in_(bindparam("p_queues", expanding=True))), True
+            )
         picked = self.dialect.pick(candidates, "picked")
         # Number the picked rows so each gets its own token from the bound list.
         numbered = select(picked.c.id, row_number().label("rn")).subquery("numbered")

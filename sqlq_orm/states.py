@@ -10,7 +10,7 @@ import enum
 from dataclasses import dataclass
 
 
-class JobStatus(str, enum.Enum):
+class JobStatus(enum.StrEnum):
     """Where a job is in its life. Stored as the member's value."""
 
     QUEUED = "QUEUED"  #: waiting for a worker (possibly not before ``run_at``)
@@ -20,11 +20,8 @@ class JobStatus(str, enum.Enum):
     FAILED = "FAILED"  #: finished badly with no retries left (terminal)
     CANCELLED = "CANCELLED"  #: stopped by a person or the app (terminal)
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class AttemptStatus(str, enum.Enum):
+class AttemptStatus(enum.StrEnum):
     """The outcome of one run of a job (one row in the attempts table)."""
 
     RUNNING = "RUNNING"  #: the attempt is open
@@ -33,11 +30,8 @@ class AttemptStatus(str, enum.Enum):
     RELEASED = "RELEASED"  #: given back unfinished (graceful shutdown); no retry spent
     CANCELLED = "CANCELLED"  #: the job was cancelled while this attempt ran
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class Event(str, enum.Enum):
+class Event(enum.StrEnum):
     """Names written to the event timeline."""
 
     ENQUEUED = "ENQUEUED"
@@ -52,9 +46,6 @@ class Event(str, enum.Enum):
     RECOVERED = "RECOVERED"  #: the sweeper took back an expired lease
     TIMED_OUT = "TIMED_OUT"  #: the sweeper ended a run past its max runtime
     RETRIED = "RETRIED"  #: a person requeued a finished job
-
-    def __str__(self) -> str:
-        return self.value
 
 
 HELD = frozenset({JobStatus.CLAIMED, JobStatus.RUNNING})
@@ -84,9 +75,7 @@ _TRANSITION_LIST = [
     Transition(Event.RETRY_SCHEDULED, HELD, JobStatus.QUEUED),
     Transition(Event.RELEASED, HELD, JobStatus.QUEUED),
     Transition(Event.CANCELLED, ACTIVE, JobStatus.CANCELLED),
-    Transition(
-        Event.RETRIED, frozenset({JobStatus.FAILED, JobStatus.CANCELLED}), JobStatus.QUEUED
-    ),
+    Transition(Event.RETRIED, frozenset({JobStatus.FAILED, JobStatus.CANCELLED}), JobStatus.QUEUED),
 ]
 
 TRANSITIONS: dict[Event, Transition] = {t.event: t for t in _TRANSITION_LIST}
@@ -103,6 +92,15 @@ ANNOTATIONS = frozenset({Event.HEARTBEAT, Event.RECOVERED, Event.TIMED_OUT})
 """
 
 
+ANNOTATION_SOURCES: dict[Event, frozenset[JobStatus]] = {
+    Event.HEARTBEAT: HELD,
+    Event.RECOVERED: HELD,
+    # Max runtime counts from the start: a claim that never started cannot time out.
+    Event.TIMED_OUT: frozenset({JobStatus.RUNNING}),
+}
+"""The statuses in which each annotation may be written."""
+
+
 def allowed_targets(source: JobStatus) -> frozenset[JobStatus]:
     """Return every status a job in ``source`` may move to."""
     return frozenset(t.target for t in _TRANSITION_LIST if source in t.sources)
@@ -112,5 +110,5 @@ def is_allowed(source: JobStatus, event: Event) -> bool:
     """Tell whether ``event`` may be applied to a job in ``source``."""
     transition = TRANSITIONS.get(event)
     if transition is None:
-        return event in ANNOTATIONS and source in HELD
+        return source in ANNOTATION_SOURCES.get(event, frozenset())
     return source in transition.sources

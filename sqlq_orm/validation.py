@@ -17,6 +17,16 @@ DEFAULT_PAYLOAD_MAX_BYTES = 64 * 1024
 
 MAX_CLAIM_LIMIT = 1000
 
+MAX_CLAIM_QUEUES = 100
+"""How many queues one claim may name (each adds a branch to the claim's query)."""
+
+INT32_MIN = -(2**31)
+INT32_MAX = 2**31 - 1
+"""Bounds of the INTEGER columns (priority, retries, runtimes) on every database."""
+
+MAX_EPOCH_SECONDS = 253_402_300_799
+"""9999-12-31T23:59:59Z: a run_at beyond this is a mistake, not a schedule."""
+
 
 def _short(value: object) -> str:
     text = repr(value)
@@ -31,6 +41,9 @@ def require_name(argument: str, value: object, max_length: int) -> str:
         raise InvalidInput(
             f"{argument} is {len(value)} characters; the limit is {max_length}: {_short(value)}"
         )
+    if "\x00" in value:
+        # PostgreSQL text cannot hold NUL; refuse it on every database alike.
+        raise InvalidInput(f"{argument} must not contain NUL characters, got {_short(value)}")
     return value
 
 
@@ -39,23 +52,55 @@ def optional_name(argument: str, value: object, max_length: int) -> str | None:
     return None if value is None else require_name(argument, value, max_length)
 
 
-def require_int(argument: str, value: object, *, minimum: int | None = None) -> int:
-    """An ``int`` (``bool`` is refused), at least ``minimum`` if given."""
+def require_int(
+    argument: str,
+    value: object,
+    *,
+    minimum: int | None = None,
+    maximum: int | None = None,
+) -> int:
+    """An ``int`` (``bool`` is refused), within ``minimum`` and ``maximum`` if given."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidInput(f"{argument} must be an integer, got {_short(value)}")
     if minimum is not None and value < minimum:
         raise InvalidInput(f"{argument} must be >= {minimum}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise InvalidInput(f"{argument} must be <= {maximum}, got {value!r}")
     return value
 
 
-def optional_int(argument: str, value: object, *, minimum: int | None = None) -> int | None:
+def optional_int(
+    argument: str,
+    value: object,
+    *,
+    minimum: int | None = None,
+    maximum: int | None = None,
+) -> int | None:
     """Like :func:`require_int`, but ``None`` is allowed."""
-    return None if value is None else require_int(argument, value, minimum=minimum)
+    if value is None:
+        return None
+    return require_int(argument, value, minimum=minimum, maximum=maximum)
 
 
 def lease_seconds(value: object) -> int:
     """A lease length: a whole number of seconds, at least 1."""
-    return require_int("lease_seconds", value, minimum=1)
+    return require_int("lease_seconds", value, minimum=1, maximum=INT32_MAX)
+
+
+def claim_queues(value: object, max_length: int) -> list[str]:
+    """The queues a claim takes from: one name or a sequence of names, duplicates dropped."""
+    if isinstance(value, str):
+        names = [value]
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        names = list(value)
+    else:
+        raise InvalidInput(f"queues must be a queue name or a list of names, got {_short(value)}")
+    if not names:
+        raise InvalidInput("queues must name at least one queue, got none")
+    unique = list(dict.fromkeys(require_name("queue", name, max_length) for name in names))
+    if len(unique) > MAX_CLAIM_QUEUES:
+        raise InvalidInput(f"a claim may name at most {MAX_CLAIM_QUEUES} queues, got {len(unique)}")
+    return unique
 
 
 def claim_limit(value: object) -> int:
@@ -99,14 +144,18 @@ def schedule(run_at: object, delay: object) -> tuple[int | None, int]:
         if isinstance(run_at, datetime):
             if run_at.tzinfo is None:
                 raise InvalidInput(f"run_at must be timezone-aware, got naive {run_at!r}")
-            return int(run_at.timestamp()), 0
-        return require_int("run_at", run_at, minimum=0), 0
+            epoch = int(run_at.timestamp())
+            return require_int("run_at", epoch, minimum=0, maximum=MAX_EPOCH_SECONDS), 0
+        return require_int("run_at", run_at, minimum=0, maximum=MAX_EPOCH_SECONDS), 0
     if delay is None:
         return None, 0
     if isinstance(delay, bool) or not isinstance(delay, (int, float)):
         raise InvalidInput(f"delay must be a number of seconds, got {_short(delay)}")
-    if delay < 0 or delay != delay:
-        raise InvalidInput(f"delay must be >= 0 seconds, got {delay!r}")
+    # "not 0 <= delay <= max" also refuses NaN and infinity.
+    if not 0 <= delay <= MAX_EPOCH_SECONDS:
+        raise InvalidInput(
+            f"delay must be between 0 and {MAX_EPOCH_SECONDS} seconds, got {delay!r}"
+        )
     return None, int(round(delay))
 
 
