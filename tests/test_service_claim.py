@@ -6,13 +6,14 @@ SQLite by counting virtual-machine steps, which do not depend on machine speed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
 import pytest
 import sqlalchemy
 
-from sqlq_orm import InvalidInput, PinnedClock, Queue
+from sqlq_orm import InvalidInput, PinnedClock, Queue, SqlqError
 from tests.conftest import PINNED_START as T0
 from tests.test_service_support import count_events, is_sqlite, job_row, second_engine
 
@@ -239,3 +240,28 @@ def test_the_database_clock_leases_from_the_servers_now(engine):
     assert abs(row.created_at - now) <= slack
     assert abs(lease.lease_expires_at - (now + 600)) <= slack
     assert row.lease_expires_at == lease.lease_expires_at == row.claimed_at + 600
+
+
+def test_rows_changed_counts_the_rows_an_update_returning_changed(engine, queue):
+    queue.enqueue_many([{"type": "a"} for _ in range(5)])
+    jobs = sqlalchemy.table("sqlq_jobs", sqlalchemy.column("id"), sqlalchemy.column("priority"))
+    with engine.begin() as connection:
+        result = connection.execute(
+            sqlalchemy.update(jobs).where(jobs.c.id <= 3).values(priority=1).returning(jobs.c.id)
+        )
+        rows = result.all()
+        changed = queue.dialect.rows_changed(connection, result)
+
+    assert (len(rows), changed) == (3, 3)
+
+
+def test_a_claim_whose_rows_do_not_add_up_is_rolled_back_whole(engine, queue):
+    queue.enqueue_many([{"type": "a"} for _ in range(3)])
+    # Make the claim's own check see one row more than RETURNING gave back, as if a
+    # claimed row had gone missing on the way: nothing may stay claimed.
+    queue.dialect = dataclasses.replace(queue.dialect, rows_changed=lambda c, r: 3)
+
+    with pytest.raises(SqlqError, match=r"claim changed 3 row\(s\) but returned 2"):
+        queue.claim("worker-a", limit=2)
+    assert queue.counts_by_status()["QUEUED"] == 3
+    assert count_events(engine, "CLAIMED") == 0

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from sqlalchemy import event
+from sqlalchemy.orm import Session
 
 from sqlq_orm import InvalidTransition, JobNotFound, LeaseLost, Queue, RetryPolicy
 from tests.conftest import PINNED_START as T0
@@ -252,3 +254,27 @@ def test_heartbeat_writes_no_event_until_the_event_interval_has_passed(engine, c
     assert event_names(engine, quiet_job.id).count("HEARTBEAT") == 0
     assert event_names(engine, loud_job.id).count("HEARTBEAT") == 3
     assert assert_histories_are_legal(engine) == 2
+
+
+def test_hot_paths_never_flush_an_orm_session(steady_queue, clock):
+    flushes = []
+
+    def count_flush(session, flush_context, instances):
+        flushes.append(session)
+
+    event.listen(Session, "before_flush", count_flush)
+    try:
+        steady_queue.enqueue_many([{"type": "a"} for _ in range(4)])
+        first, second, third, fourth = steady_queue.claim("worker-a", limit=4)
+        steady_queue.start(first)
+        steady_queue.heartbeat(first)
+        steady_queue.succeed(first)
+        steady_queue.start(second)
+        steady_queue.fail(second, "INTERNAL:BUG", "boom")
+        steady_queue.release(third)
+        clock.advance(3600)
+        steady_queue.sweep()
+    finally:
+        event.remove(Session, "before_flush", count_flush)
+
+    assert flushes == []
