@@ -27,6 +27,10 @@ from tests.faultkit import GIVE_UP_SECONDS, PauseAfter
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 
 
+EVENT_INSERT = r"^INSERT INTO sqlq_job_events"
+ATTEMPT_INSERT = r"^INSERT INTO sqlq_job_attempts"
+
+
 class InjectedFaultError(Exception):
     """Raised by the fault injector; never raised by sqlq_orm itself."""
 
@@ -79,7 +83,7 @@ def test_error_after_the_claim_update_leaves_the_job_queued_with_no_partial_rows
 
     with (
         pytest.raises(InjectedFaultError),
-        fault_before(queue.engine, r"^INSERT INTO sqlq_job_events") as ran,
+        fault_before(queue.engine, EVENT_INSERT) as ran,
     ):
         queue.claim("worker-a", start=start)
 
@@ -96,7 +100,7 @@ def test_error_while_closing_the_attempt_keeps_the_lease_and_success_can_be_retr
 
     with (
         pytest.raises(InjectedFaultError),
-        fault_before(queue.engine, r"^INSERT INTO sqlq_job_attempts"),
+        fault_before(queue.engine, ATTEMPT_INSERT),
     ):
         queue.succeed(lease)
 
@@ -116,7 +120,7 @@ def test_error_midway_through_a_sweep_batch_rolls_the_whole_batch_back(queue, cl
     # The third job's outcome event fails: two jobs were already moved in this batch.
     with (
         pytest.raises(InjectedFaultError),
-        fault_before(queue.engine, r"^INSERT INTO sqlq_job_events", skip=2),
+        fault_before(queue.engine, EVENT_INSERT, skip=2),
     ):
         queue.sweep(batch_size=10)
 
@@ -128,7 +132,7 @@ def test_error_midway_through_a_sweep_batch_rolls_the_whole_batch_back(queue, cl
 def test_error_writing_the_enqueued_event_leaves_no_job(queue):
     with (
         pytest.raises(InjectedFaultError),
-        fault_before(queue.engine, r"^INSERT INTO sqlq_job_events"),
+        fault_before(queue.engine, EVENT_INSERT),
     ):
         queue.enqueue("t", {"k": 1})
 
