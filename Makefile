@@ -8,3 +8,6 @@ bench:
 	python3 tasks.py bench
 lint:
 	.venv/bin/ruff check sqlq_orm tests
+# SQLQ_CHAOS_MINUTES (default 10) and SQLQ_CHAOS_SEED (replay) tune the long soak.
+chaos:
+	python3 tasks.py test -m chaos_long -s tests/test_chaos.py
