@@ -315,6 +315,27 @@ def retry(db: str | None, job_id: int) -> int:
     return 0
 
 
+def check(db: str | None, output: str = "text") -> int:
+    """Check every queue invariant (read-only); exit 1 if any row breaks one."""
+    from sqlq_orm.invariants import INVARIANTS
+    from sqlq_orm.invariants import check as find_violations
+
+    violations = find_violations(open_queue(db))
+    if output == "json":
+        found = [
+            {"invariant": v.invariant, "job_id": v.job_id, "detail": v.detail} for v in violations
+        ]
+        print(json.dumps({"ok": not violations, "violations": found}, indent=2))
+    else:
+        for violation in violations:
+            print(violation)
+        if violations:
+            print(f"{len(violations)} violation(s) of the queue's invariants")
+        else:
+            print(f"ok: all {len(INVARIANTS)} invariants hold")
+    return 1 if violations else 0
+
+
 def prune(
     db: str | None,
     dry_run: bool = False,
@@ -475,6 +496,9 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--reason", help="recorded on the CANCELLED event")
         if name == "show":
             add_output(p)
+
+    p = add("check", check)
+    add_output(p)
 
     p = add("prune", prune)
     p.add_argument("--dry-run", action="store_true", help="count what is due; delete nothing")

@@ -3,7 +3,12 @@ invariant catches a row broken on purpose (with raw SQL, constraints switched of
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 from sqlalchemy import text
@@ -396,3 +401,43 @@ def test_replay_rules(timeline, status, problem):
         assert found is None
     else:
         assert found is not None and problem in found
+
+
+# ------------------------------------------------------------------- sqlq check
+
+
+def sqlq(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run(
+        [sys.executable, "-m", "sqlq_orm", "--db", db_url, *args],
+        capture_output=True, text=True, env=env, cwd=root, timeout=120,
+    )  # fmt: skip
+
+
+def test_sqlq_check_exits_zero_and_says_ok_on_a_healthy_queue(db_url, queue):
+    succeeded_job(queue)
+
+    result = sqlq(db_url, "check")
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"ok: all {len(INVARIANTS)} invariants hold"
+
+
+def test_sqlq_check_lists_each_violation_and_exits_one(db_url, engine, queue):
+    job_id = succeeded_job(queue)
+    corrupt(engine, "UPDATE sqlq_jobs SET finished_at = NULL WHERE id = :id", id=job_id)
+
+    text_result = sqlq(db_url, "check")
+    json_result = sqlq(db_url, "check", "--json")
+
+    assert text_result.returncode == 1
+    assert f"job {job_id}: terminal_job_has_finished_at" in text_result.stdout
+    assert json_result.returncode == 1
+    assert json.loads(json_result.stdout)["violations"] == [
+        {
+            "invariant": "terminal_job_has_finished_at",
+            "job_id": job_id,
+            "detail": "status='SUCCEEDED'",
+        }
+    ]
