@@ -9,6 +9,7 @@ while ``now < deadline_at`` and is ended once ``deadline_at <= now``.
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -183,3 +184,29 @@ def test_lease_renewed_after_a_backward_jump_runs_lease_seconds_from_the_new_now
 
     assert renewed == jumped_to + LEASE
     assert swept.total == 0
+
+
+@pytest.mark.parametrize("skew", [3600, -3600], ids=["an_hour_ahead", "an_hour_behind"])
+def test_worker_with_a_wrong_wall_clock_runs_jobs_past_a_lease_without_losing_them(
+    engine, monkeypatch, skew
+):
+    queue = sqlq_orm.Queue(engine)  # DatabaseClock
+    ids = [queue.enqueue("quick").id for _ in range(3)] + [queue.enqueue("outlives_a_lease").id]
+    real_time = time.time
+    monkeypatch.setattr(time, "time", lambda: real_time() + skew)
+    worker = sqlq_orm.Worker(
+        queue,
+        {"quick": lambda ctx: None, "outlives_a_lease": lambda ctx: ctx.sleep(3.5)},
+        concurrency=4, lease_seconds=2, heartbeat_interval=0.3, poll_interval=0.05,
+        sweep_interval=0.2, burst=True, install_signal_handlers=False,
+    )  # fmt: skip
+
+    run = threading.Thread(target=worker.run, daemon=True)
+    run.start()
+    run.join(60)
+
+    assert not run.is_alive()
+    jobs = [queue.get_job(job_id) for job_id in ids]
+    assert [job.status for job in jobs] == ["SUCCEEDED"] * 4
+    assert [len(job.attempts) for job in jobs] == [1] * 4
+    assert not any(e.event == "RECOVERED" for job in jobs for e in job.events)
