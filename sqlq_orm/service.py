@@ -14,7 +14,7 @@ import secrets
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Table
@@ -138,6 +138,14 @@ class SweepResult:
             self.requeued + other.requeued,
             self.failed + other.failed,
         )
+
+
+@dataclass
+class _DeferredWrites:
+    """Attempt closes and events collected to be written together, in order."""
+
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _detail_json(detail: Mapping[str, Any] | None) -> str | None:
@@ -589,8 +597,73 @@ class Queue:
             self._close_attempt(connection, lease, AttemptStatus.SUCCEEDED, None, None)
             self._write_events(
                 connection,
-                [self._event(lease.job_id, Event.SUCCEEDED, lease.worker_id, {"attempt": lease.attempt})],
+                [
+                    self._event(
+                        lease.job_id, Event.SUCCEEDED, lease.worker_id, {"attempt": lease.attempt}
+                    )
+                ],
             )
+
+    def succeed_many(self, leases: Sequence[Lease]) -> list[Lease]:
+        """Finish a batch of RUNNING jobs as SUCCEEDED in one transaction.
+
+        Each job is guarded exactly as in :meth:`succeed` (its id, its lease token,
+        status RUNNING); the whole batch is one ``UPDATE ... RETURNING``, one
+        ``executemany`` closing the attempts and one writing the SUCCEEDED events.
+        Returns the leases that were no longer held (each would have raised
+        :class:`~sqlq_orm.errors.LeaseLost` in :meth:`succeed`); nothing is written
+        for them, and the rest still succeed. Leases that were never started raise
+        :class:`~sqlq_orm.errors.InvalidTransition` and nothing is written.
+        """
+        by_id: dict[int, Lease] = {}
+        for lease in leases:
+            self._lease_params(lease)
+            if not lease.started:
+                raise InvalidTransition(
+                    lease.job_id, JobStatus.CLAIMED.value, "succeed (start it first)"
+                )
+            if lease.job_id in by_id:
+                raise InvalidInput(f"succeed_many got job {lease.job_id} twice")
+            by_id[lease.job_id] = lease
+        if not by_id:
+            return []
+        pairs = [(lease.job_id, lease.token) for lease in by_id.values()]
+        with self._write() as connection:
+            done = {
+                row[0]
+                for row in connection.execute(
+                    self.sql.succeed_batch, {"p_ids": list(by_id), "p_pairs": pairs}
+                )
+            }
+            finished = [lease for lease in by_id.values() if lease.job_id in done]
+            if finished:
+                connection.execute(
+                    self.sql.close_attempt_upsert,
+                    [
+                        {
+                            "p_job_id": lease.job_id,
+                            "p_attempt": lease.attempt,
+                            "p_worker": lease.worker_id,
+                            "p_attempt_status": AttemptStatus.SUCCEEDED.value,
+                            "p_code": None,
+                            "p_detail": None,
+                        }
+                        for lease in finished
+                    ],
+                )
+                self._write_events(
+                    connection,
+                    [
+                        self._event(
+                            lease.job_id,
+                            Event.SUCCEEDED,
+                            lease.worker_id,
+                            {"attempt": lease.attempt},
+                        )
+                        for lease in finished
+                    ],
+                )
+        return [lease for lease in by_id.values() if lease.job_id not in done]
 
     def fail(
         self,
@@ -691,12 +764,15 @@ class Queue:
         detail: str | None,
         actor: str,
         note: dict[str, Any] | None = None,
+        deferred: _DeferredWrites | None = None,
     ) -> JobStatus | None:
         """Requeue with backoff or fail a held job; None if the guard did not match.
 
         Shared by :meth:`fail` and :meth:`sweep`, so a failed run is recorded the same
         way whoever noticed it. ``note`` (RECOVERED, TIMED_OUT) is written just before
-        the outcome's event, and only if the guarded update took.
+        the outcome's event, and only if the guarded update took. With ``deferred``, the
+        attempt row and the events are collected there instead, for the caller to write
+        in one batch later in the same transaction (the sweeper does).
         """
         params: dict[str, Any] = {
             "p_id": job_id,
@@ -731,9 +807,9 @@ class Queue:
             event = self._event(
                 job_id, Event.FAILED, actor, {"attempt": attempt, "error_code": code}
             )
+        writes = deferred if deferred is not None else _DeferredWrites()
         if seen_status is JobStatus.RUNNING:
-            connection.execute(
-                self.sql.close_attempt_upsert,
+            writes.attempts.append(
                 {
                     "p_job_id": job_id,
                     "p_attempt": attempt,
@@ -741,10 +817,18 @@ class Queue:
                     "p_attempt_status": AttemptStatus.FAILED.value,
                     "p_code": code,
                     "p_detail": detail,
-                },
+                }
             )
-        self._write_events(connection, [note, event] if note else [event])
+        writes.events += [note, event] if note else [event]
+        if deferred is None:
+            self._flush(connection, writes)
         return outcome
+
+    def _flush(self, connection: Connection, writes: _DeferredWrites) -> None:
+        """Write collected attempt closes and events: one ``executemany`` each."""
+        if writes.attempts:
+            connection.execute(self.sql.close_attempt_upsert, writes.attempts)
+        self._write_events(connection, writes.events)
 
     # --------------------------------------------------------------------- sweep
 
@@ -774,6 +858,9 @@ class Queue:
 
     def _sweep_batch(self, batch_size: int, actor: str) -> SweepResult:
         expired = timed_out = requeued = failed = 0
+        # Attempt closes and events of the whole batch go out as two executemany
+        # calls after the guarded updates: a round trip per row saved, twice.
+        deferred = _DeferredWrites()
         with self._write() as connection:
             rows = connection.execute(self.sql.expired_leases, {"p_limit": batch_size}).all()
             seen = {row.id for row in rows}
@@ -824,6 +911,7 @@ class Queue:
                     detail=detail,
                     actor=actor,
                     note=note,
+                    deferred=deferred,
                 )
                 if outcome is None:
                     # The row moved since we read it (it is locked, so this should not
@@ -837,6 +925,7 @@ class Queue:
                     requeued += 1
                 else:
                     failed += 1
+            self._flush(connection, deferred)
         if expired or timed_out:
             log.info(
                 "sweep: %d expired lease(s), %d timed out; %d requeued, %d failed",
@@ -951,3 +1040,51 @@ class Queue:
             if job is None:
                 raise JobNotFound(job_id)
             return job
+
+    # ------------------------------------------------ observability and retention
+
+    def stats(
+        self,
+        *,
+        top_n: int = 10,
+        stuck_limit: int = 10,
+        windows: Sequence[int] = (300, 3600),
+        worker_stale_seconds: int = 60,
+        policy: Any = None,
+    ) -> Any:
+        """Counts, stuck jobs, retries, failure reasons, latency, throughput, retention.
+
+        Read-only (never takes SQLite's write lock); returns
+        :class:`~sqlq_orm.observability.QueueStats`. See
+        :func:`sqlq_orm.observability.collect_stats` for the arguments.
+        """
+        from sqlq_orm import observability
+
+        return observability.collect_stats(
+            self,
+            top_n=top_n,
+            stuck_limit=stuck_limit,
+            windows=windows,
+            worker_stale_seconds=worker_stale_seconds,
+            policy=policy,
+        )
+
+    def prune(
+        self,
+        policy: Any = None,
+        *,
+        batch_size: int = 5000,
+        max_batches: int | None = None,
+        dry_run: bool = False,
+    ) -> Any:
+        """Delete finished jobs past their retention, in batches; return counts per status.
+
+        ``policy`` is a :class:`~sqlq_orm.retention.RetentionPolicy` (default: 30 days
+        SUCCEEDED and CANCELLED, 90 days FAILED). Returns
+        :class:`~sqlq_orm.retention.PruneResult`; see :func:`sqlq_orm.retention.prune`.
+        """
+        from sqlq_orm import retention
+
+        return retention.prune(
+            self, policy, batch_size=batch_size, max_batches=max_batches, dry_run=dry_run
+        )

@@ -27,6 +27,7 @@ from sqlalchemy import (
     null,
     or_,
     select,
+    tuple_,
     union_all,
     update,
 )
@@ -163,6 +164,26 @@ class Statements:
                 error_detail=None,
                 **_lease_cleared(),
             )
+        )
+        # succeed_many: the same guard for a whole batch, one (id, token) pair per
+        # lease; RETURNING names the jobs whose guard still matched. "id IN" as well,
+        # so SQLite looks the rows up by primary key instead of scanning RUNNING jobs.
+        self.succeed_batch = (
+            update(jobs)
+            .where(
+                j.id.in_(bindparam("p_ids", expanding=True)),
+                tuple_(j.id, j.lease_token).in_(bindparam("p_pairs", expanding=True)),
+                j.status == JobStatus.RUNNING.value,
+            )
+            .values(
+                status=JobStatus.SUCCEEDED.value,
+                finished_at=now,
+                result_ref=None,
+                error_code=None,
+                error_detail=None,
+                **_lease_cleared(),
+            )
+            .returning(j.id)
         )
         self.requeue_for_retry = (
             update(jobs)

@@ -117,10 +117,11 @@ def test_error_midway_through_a_sweep_batch_rolls_the_whole_batch_back(queue, cl
     clock.advance(3600)
     before = [job_state(queue, lease.job_id) for lease in leases]
 
-    # The third job's outcome event fails: two jobs were already moved in this batch.
+    # The third job's guarded update fails: two jobs were already moved in this batch
+    # (the sweeper writes the batch's attempts and events together after the updates).
     with (
         pytest.raises(InjectedFaultError),
-        fault_before(queue.engine, EVENT_INSERT, skip=2),
+        fault_before(queue.engine, r"^UPDATE sqlq_jobs", skip=2),
     ):
         queue.sweep(batch_size=10)
 
