@@ -50,7 +50,7 @@ def run_raw(config: Config, jobs: int) -> float:
 
 def run(config: Config) -> list[Result]:
     jobs = config.size(full=100_000, quick=20_000, smoke=200)
-    reps = max(1, config.reps - 2) if config.mode == "full" else config.reps
+    reps = config.heavy_reps
     samples = side_by_side(
         {"queue": lambda: run_queue(config, jobs), "raw": lambda: run_raw(config, jobs)}, reps
     )

@@ -93,7 +93,7 @@ def _prepare(config: Config, name: str, jobs: int) -> Path:
 
 
 def run(config: Config) -> list[Result]:
-    jobs = config.size(full=20_000, quick=4_000, smoke=60)
+    jobs = config.size(full=5_000, quick=2_000, smoke=60)
     processes = 4
     all_errors: Counter[str] = Counter()
     checks: list[str] = []
@@ -113,7 +113,7 @@ def run(config: Config) -> list[Result]:
         return jobs / elapsed
 
     samples = side_by_side(
-        {f"{processes}p": lambda: measure(processes), "1p": lambda: measure(1)}, config.reps
+        {f"{processes}p": lambda: measure(processes), "1p": lambda: measure(1)}, config.heavy_reps
     )
     locked = sum(n for message, n in all_errors.items() if "database is locked" in message)
     other = sum(all_errors.values()) - locked

@@ -44,6 +44,11 @@ class Config:
             return self.repeats
         return self.size(full=5, quick=3, smoke=1)
 
+    @property
+    def heavy_reps(self) -> int:
+        """Repetitions for the benches whose single run takes tens of seconds."""
+        return self.repeats if self.repeats is not None else min(self.reps, 3)
+
 
 @dataclass
 class Result:

@@ -61,7 +61,7 @@ def run_raw(config: Config, jobs: int) -> float:
 
 
 def run(config: Config) -> list[Result]:
-    jobs = config.size(full=3000, quick=1000, smoke=20)
+    jobs = config.size(full=2000, quick=1000, smoke=20)
     samples = side_by_side(
         {"queue": lambda: run_queue(config, jobs), "raw": lambda: run_raw(config, jobs)},
         config.reps,

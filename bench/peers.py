@@ -105,7 +105,7 @@ def _installed(module: str) -> bool:
 
 
 def run(config: Config) -> list[Result]:
-    jobs = config.size(full=20_000, quick=4_000, smoke=40)
+    jobs = config.size(full=5_000, quick=2_000, smoke=40)
     peers = {
         "huey SqliteStorage": ("huey", _huey),
         "persist-queue SQLiteAckQueue": ("persistqueue", _persist_queue),
@@ -120,7 +120,7 @@ def run(config: Config) -> list[Result]:
             continue
         samples = side_by_side(
             {"sqlq": lambda: _sqlq(config, jobs), "peer": lambda m=measure: m(config, jobs)},  # type: ignore[misc]
-            config.reps,
+            config.heavy_reps,
         )
         results.append(
             compare(

@@ -113,7 +113,7 @@ def _cases(
     empty: Callable[[], Engine],
     rows: int,
 ) -> list[Result]:
-    jobs = config.size(full=5000, quick=1000, smoke=30)
+    jobs = config.size(full=3000, quick=1000, smoke=30)
     results: list[Result] = []
 
     def on_empty(measure: Callable[[Engine], float]) -> Callable[[], float]:
