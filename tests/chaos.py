@@ -45,7 +45,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import make_url, select
+from sqlalchemy.exc import ArgumentError
 
 import sqlq_orm
 from sqlq_orm import JobError, RetryPolicy
@@ -477,10 +478,8 @@ def _verify(
 
 def _shown(url: str) -> str:
     try:
-        import sqlalchemy
-
-        return sqlalchemy.make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
         return "?"
 
 
