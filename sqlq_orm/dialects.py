@@ -312,3 +312,90 @@ def check_foreign_keys(connection: Connection) -> None:
             f"the schema change left {len(broken)} row(s) breaking a foreign key in "
             f"{', '.join(tables)}; it was rolled back"
         )
+
+
+# -------------------------------------------------------------------- maintenance
+
+
+def foreign_keys_enforced(connection: Connection) -> bool:
+    """Tell whether ``ON DELETE CASCADE`` fires on this connection.
+
+    SQLite enforces foreign keys only on connections that ran ``PRAGMA foreign_keys
+    = ON`` (the engine hooks do it on each); PostgreSQL always enforces them.
+    """
+    if connection.dialect.name != "sqlite":
+        return True
+    return bool(connection.exec_driver_sql("PRAGMA foreign_keys").scalar())
+
+
+@dataclass(frozen=True)
+class MaintenanceStatement:
+    """The statement one maintenance task runs on a dialect (``sql`` None: not needed)."""
+
+    task: str
+    sql: str | None
+    note: str
+
+
+def maintenance_statement(engine: Engine, task: str, tables: Sequence[Any]) -> MaintenanceStatement:
+    """Return what ``task`` ("checkpoint" or "vacuum") means on ``engine``'s database."""
+    name = engine.dialect.name
+    if task not in ("checkpoint", "vacuum"):
+        raise InvalidInput(f"unknown maintenance task {task!r}; use 'checkpoint' or 'vacuum'")
+    if name == "sqlite":
+        if task == "checkpoint":
+            return MaintenanceStatement(
+                task,
+                "PRAGMA wal_checkpoint(TRUNCATE)",
+                "copied the WAL into the database file and truncated it "
+                "(output: busy, WAL pages, pages checkpointed; busy=1 means a reader held it)",
+            )
+        return MaintenanceStatement(
+            task,
+            "VACUUM",
+            "rewrote the database file to return free pages to the file system "
+            "(exclusive lock for its whole run: off-peak work)",
+        )
+    if name == "postgresql":
+        if task == "checkpoint":
+            return MaintenanceStatement(
+                task, None, "PostgreSQL checkpoints its write-ahead log itself; nothing to do"
+            )
+        preparer = engine.dialect.identifier_preparer
+        listed = ", ".join(preparer.format_table(table) for table in tables)
+        return MaintenanceStatement(
+            task,
+            f"VACUUM (ANALYZE) {listed}",
+            "made dead rows' space reusable and refreshed planner statistics "
+            "(the files do not shrink; VACUUM FULL would, under an exclusive lock)",
+        )
+    support_for(engine)  # raises the clear "unsupported dialect" error
+    raise AssertionError("unreachable")
+
+
+def run_outside_transaction(engine: Engine, sql: str) -> list[tuple[Any, ...]]:
+    """Run one statement that must not be inside a transaction (VACUUM, checkpoints).
+
+    Uses a raw pooled connection in the driver's autocommit mode, so SQLAlchemy's
+    ``begin`` hook (``BEGIN IMMEDIATE`` on SQLite) never wraps it.
+    """
+    raw = engine.raw_connection()
+    try:
+        driver: Any = raw.driver_connection
+        if engine.dialect.name == "postgresql":
+            attribute, autocommit = "autocommit", True
+        else:  # pysqlite: isolation_level None is autocommit
+            attribute, autocommit = "isolation_level", None
+        previous = getattr(driver, attribute)
+        setattr(driver, attribute, autocommit)
+        try:
+            cursor = raw.cursor()
+            try:
+                cursor.execute(sql)
+                return [tuple(row) for row in cursor.fetchall()] if cursor.description else []
+            finally:
+                cursor.close()
+        finally:
+            setattr(driver, attribute, previous)
+    finally:
+        raw.close()
