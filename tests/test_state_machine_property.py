@@ -1,6 +1,7 @@
 """Property test: random sequences of queue operations against a model of the state machine.
 
-Hypothesis drives enqueue, claim (started or not), start, heartbeat, succeed, fail
+Hypothesis drives enqueue, claim (started or not), start, heartbeat, succeed (one or
+a batch), fail
 (retryable or not), release, sweep, cancel, retry and clock moves against the real
 service on a real database, and against :class:`Model`, a few lines of plain Python
 that say what each call must do. After every step:
@@ -236,6 +237,23 @@ def make_machine(engine, clock: PinnedClock):
             else:
                 with pytest.raises(LeaseLost):
                     queue.succeed(held.lease)
+
+        @rule(batch=st.lists(leases, min_size=1, max_size=3, unique_by=lambda h: h.lease.job_id))
+        def succeed_many(self, batch):
+            if not all(held.lease.started for held in batch):
+                with pytest.raises(InvalidTransition):
+                    queue.succeed_many([held.lease for held in batch])
+                return
+            lost = queue.succeed_many([held.lease for held in batch])
+            expected_lost = set()
+            for held in batch:
+                job = self.model.jobs[held.lease.job_id]
+                if self.model.holds(held) and job.status is JobStatus.RUNNING:
+                    self.model.drop_lease(job)
+                    job.status = JobStatus.SUCCEEDED
+                else:
+                    expected_lost.add(held.lease.job_id)
+            assert {lease.job_id for lease in lost} == expected_lost
 
         @rule(held=leases, retryable=st.booleans())
         def fail(self, held, retryable):
