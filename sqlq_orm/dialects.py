@@ -298,6 +298,21 @@ def foreign_keys_suspended(connection: Connection) -> Iterator[None]:
         driver_connection.execute("PRAGMA foreign_keys = ON")
 
 
+MIGRATION_LOCK_KEY = 0x5351_4C51  # "SQLQ": one advisory lock id for schema changes
+
+
+def lock_for_migration(connection: Connection) -> None:
+    """Serialise schema changes: call first thing inside the migration transaction.
+
+    Two first-time upgrades at once would otherwise both create the version table on
+    PostgreSQL, and one would fail. A transaction-scoped advisory lock makes the second
+    wait and then find the work done. SQLite needs nothing: its migration transaction
+    begins IMMEDIATE and so already holds the database's single write lock.
+    """
+    if connection.dialect.name == "postgresql":
+        connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})")
+
+
 def check_foreign_keys(connection: Connection) -> None:
     """Raise :class:`SqlqError` if a row breaks a foreign key (SQLite only).
 

@@ -257,12 +257,7 @@ def _upgrade_after(barrier, db_url: str, results) -> None:
         results.put(repr(exc))
 
 
-def test_three_processes_migrating_at_once_is_harmless(db_url, request):
-    if db_url.startswith("postgresql"):
-        # Known bug (reported): on PostgreSQL two first-time upgrades can both create
-        # the version table and one fails with UniqueViolation on pg_type. Needs a
-        # lock around the upgrade (pg_advisory_lock); SQLite's BEGIN IMMEDIATE has one.
-        request.applymarker(pytest.mark.xfail(reason="concurrent first upgrade races on PG"))
+def test_three_processes_migrating_at_once_is_harmless(db_url):
     context = multiprocessing.get_context("spawn")
     barrier, results = context.Barrier(3), context.Queue()
     processes = [

@@ -22,7 +22,12 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.pool import NullPool
 
 from alembic import context
-from sqlq_orm.dialects import check_foreign_keys, create_engine, foreign_keys_suspended
+from sqlq_orm.dialects import (
+    check_foreign_keys,
+    create_engine,
+    foreign_keys_suspended,
+    lock_for_migration,
+)
 from sqlq_orm.migrations import (
     DATABASE_URL_ENV,
     DEFAULT_DATABASE_URL,
@@ -59,6 +64,7 @@ def run_migrations_on(connection: Connection) -> None:
     with foreign_keys_suspended(connection):
         context.configure(connection=connection, **options)
         with context.begin_transaction():
+            lock_for_migration(connection)
             context.run_migrations()
             # Inside the transaction, so a migration that broke a reference rolls back.
             check_foreign_keys(connection)
