@@ -25,6 +25,11 @@ from sqlq_orm.service import EnqueuedJob, JobSpec, Models, Queue, SweepResult
 from sqlq_orm.states import AttemptStatus, Event, JobStatus
 from sqlq_orm.worker import Worker, WorkerStats
 
+# Last: these modules build on the names above.
+from sqlq_orm import invariants, migrate  # noqa: E402  (sqlq_orm.migrate.upgrade(url))
+from sqlq_orm.observability import JobTimeline, QueueStats, job_timeline  # noqa: E402
+from sqlq_orm.retention import PruneResult, RetentionPolicy  # noqa: E402
+
 __all__ = [
     "AttemptStatus",
     "Base",
@@ -45,13 +50,17 @@ __all__ = [
     "JobMixin",
     "JobNotFound",
     "JobSpec",
+    "JobTimeline",
     "JobStatus",
     "Lease",
     "LeaseLost",
     "MaxRuntimeExceeded",
     "Models",
     "PinnedClock",
+    "PruneResult",
     "Queue",
+    "QueueStats",
+    "RetentionPolicy",
     "RetryPolicy",
     "SqlqError",
     "SweepResult",
@@ -61,4 +70,7 @@ __all__ = [
     "WorkerStats",
     "configure_engine",
     "create_engine",
+    "invariants",
+    "job_timeline",
+    "migrate",
 ]
