@@ -391,13 +391,27 @@ class StatsQueries:
             .group_by(j.type, j.retry_count, j.status)
         )
 
-    def recent_outcomes_by_type(self, window_seconds: int) -> Select[Any]:
-        """Jobs that ran to an end in the window, on ``ix_*_finished`` (status, finished_at)."""
+    def recently_finished(self, window_seconds: int) -> Any:
+        """Jobs that ran to an end in the window, read on ``ix_*_finished``.
+
+        A MATERIALIZED CTE, so the planner reads the window's few rows by
+        (status, finished_at) first: asked to GROUP BY type straight from the table,
+        SQLite walks all of ``ix_*_type_status`` instead (1.5 s at a million rows,
+        20 ms this way).
+        """
         j = self.tables.jobs.c
         return (
-            select(j.type, j.status, func.count())
+            select(j.id, j.type, j.status)
             .where(j.status.in_(FINISHED_RUN_VALUES), j.finished_at > self.now - window_seconds)
-            .group_by(j.type, j.status)
+            .cte("recently_finished")
+            .prefix_with("MATERIALIZED")
+        )
+
+    def recent_outcomes_by_type(self, window_seconds: int) -> Select[Any]:
+        """Jobs that ran to an end in the window, by type and status."""
+        recent = self.recently_finished(window_seconds)
+        return select(recent.c.type, recent.c.status, func.count()).group_by(
+            recent.c.type, recent.c.status
         )
 
     # Q4 ------------------------------------------------------------------------
@@ -437,22 +451,21 @@ class StatsQueries:
         durations, and only the rows at the wanted ranks come back. The rank of the
         p-th percentile of n values is ``ceil(p * n / 100)``, computed in integers.
         """
-        jobs, attempts = self.tables.jobs, self.tables.attempts
-        j, a = jobs.c, attempts.c
+        attempts = self.tables.attempts
+        a = attempts.c
+        recent = self.recently_finished(window_seconds)
         duration = (a.finished_at - a.started_at).label("duration")
         ranked = (
             select(
-                j.type.label("type"),
+                recent.c.type.label("type"),
                 duration,
                 func.row_number()
-                .over(partition_by=j.type, order_by=(a.finished_at - a.started_at))
+                .over(partition_by=recent.c.type, order_by=(a.finished_at - a.started_at))
                 .label("rn"),
-                func.count().over(partition_by=j.type).label("n"),
+                func.count().over(partition_by=recent.c.type).label("n"),
             )
-            .select_from(jobs.join(attempts, a.job_id == j.id))
+            .select_from(recent.join(attempts, a.job_id == recent.c.id))
             .where(
-                j.status.in_(FINISHED_RUN_VALUES),
-                j.finished_at > self.now - window_seconds,
                 a.status.in_(CLOSED_ATTEMPT_VALUES),
                 a.finished_at.is_not(None),
             )
