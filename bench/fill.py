@@ -76,10 +76,17 @@ def fill_finished_history(engine: Engine, jobs: int) -> None:
         # text(): SQLAlchemy escapes the modulo signs for psycopg's paramstyle.
         for statement in (insert_jobs, insert_attempts, insert_enqueued, insert_finished):
             connection.execute(text(statement))
-    with engine.connect() as connection:
-        # Fresh planner statistics, as a long-lived database would have.
-        connection.exec_driver_sql("ANALYZE")
-        connection.commit()
+    # Fresh planner statistics (and on PostgreSQL a visibility map, so index-only
+    # scans work), as a long-lived database would have after autovacuum.
+    if dialect == "postgresql":
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+            connection.exec_driver_sql(
+                "VACUUM ANALYZE sqlq_jobs, sqlq_job_attempts, sqlq_job_events"
+            )
+    else:
+        with engine.connect() as connection:
+            connection.exec_driver_sql("ANALYZE")
+            connection.commit()
 
 
 def add_expired_leases(engine: Engine, count: int, worker: str = "gone-worker") -> list[int]:

@@ -207,7 +207,11 @@ def _cases(
             samples = [timed(call)[0] * 1000 for _ in range(config.reps)]
             result = Result(NAME, f"stats {name} at {rows:,} ({label})", median(samples), "ms",
                             target=f"< {STATS_TARGET_MS:.0f} ms", samples=samples)  # fmt: skip
-        result.met = result.value < STATS_TARGET_MS
+        if name.startswith("collect_stats"):
+            # The whole report runs every query above in one read: informational.
+            result.target, result.met = None, None
+        else:
+            result.met = result.value < STATS_TARGET_MS
         results.append(result)
     return results
 
