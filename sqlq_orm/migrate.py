@@ -6,7 +6,7 @@ the package (:mod:`sqlq_orm.migrations`), so no ``alembic.ini`` is needed::
     from sqlq_orm import migrate
 
     migrate.upgrade("sqlite:///sqlq.db")   # or an Engine
-    migrate.current(engine)                # {"0001"}
+    migrate.current(engine)                # {"sqlq_0001"}
     migrate.check(engine)                  # [] when the schema matches the models
 
 ``bind`` is a URL (an engine is made with :func:`sqlq_orm.create_engine` and

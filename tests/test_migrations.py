@@ -86,9 +86,9 @@ def schema_snapshot(url: str) -> dict[str, Any]:
 def test_revisions_have_a_single_head_labelled_sqlq():
     scripts = ScriptDirectory.from_config(migrate.config())
 
-    assert scripts.get_heads() == ["0001"]
-    assert scripts.get_revision("sqlq@head").revision == "0001"
-    assert [s.revision for s in scripts.walk_revisions()][-1] == "0001"
+    assert scripts.get_heads() == ["sqlq_0001"]
+    assert scripts.get_revision("sqlq@head").revision == "sqlq_0001"
+    assert [s.revision for s in scripts.walk_revisions()][-1] == "sqlq_0001"
 
 
 def test_upgrade_from_empty_creates_the_tables_and_records_the_revision(db_url):
@@ -96,7 +96,7 @@ def test_upgrade_from_empty_creates_the_tables_and_records_the_revision(db_url):
 
     migrate.upgrade(db_url)
 
-    assert migrate.current(db_url) == {"0001"}
+    assert migrate.current(db_url) == {"sqlq_0001"}
     assert table_names(db_url) == SQLQ_TABLES | {VERSION_TABLE}
 
 
@@ -123,7 +123,7 @@ def test_downgrade_to_base_drops_everything_and_upgrade_restores_it(db_url):
     assert migrate.current(db_url) == set()
     assert table_names(db_url) == {VERSION_TABLE}
     migrate.upgrade(db_url)
-    assert migrate.current(db_url) == {"0001"}
+    assert migrate.current(db_url) == {"sqlq_0001"}
     assert migrate.check(db_url) == []
 
 
@@ -137,7 +137,7 @@ def test_running_the_upgrade_twice_keeps_the_data(db_url, clock):
     with engine.connect() as connection:
         assert connection.scalar(select(Job.type).where(Job.id == job.id)) == "send_email"
     engine.dispose()
-    assert migrate.current(db_url) == {"0001"}
+    assert migrate.current(db_url) == {"sqlq_0001"}
 
 
 def test_upgrade_accepts_a_host_apps_engine(db_url):
@@ -145,7 +145,7 @@ def test_upgrade_accepts_a_host_apps_engine(db_url):
 
     migrate.upgrade(engine)
 
-    assert migrate.current(engine) == {"0001"}
+    assert migrate.current(engine) == {"sqlq_0001"}
     engine.dispose()
 
 
@@ -156,7 +156,7 @@ def test_upgrade_adopts_tables_created_from_the_models(db_url, clock):
 
     migrate.upgrade(engine)
 
-    assert migrate.current(engine) == {"0001"}
+    assert migrate.current(engine) == {"sqlq_0001"}
     assert sqlq_orm.Queue(engine).get_job(job.id).type == "send_email"
     engine.dispose()
 
@@ -182,7 +182,7 @@ def test_upgrade_refuses_tables_that_the_host_apps_alembic_manages(db_url):
         connection.execute(
             sqlalchemy.text("CREATE TABLE alembic_version (version_num VARCHAR(32))")
         )
-        connection.execute(sqlalchemy.text("INSERT INTO alembic_version VALUES ('0001')"))
+        connection.execute(sqlalchemy.text("INSERT INTO alembic_version VALUES ('sqlq_0001')"))
 
     with pytest.raises(sqlq_orm.SqlqError, match="app's own Alembic"):
         migrate.upgrade(engine)
@@ -223,13 +223,13 @@ def test_alembic_upgrade_and_check_from_the_repo_root(db_url):
     output = run_alembic("check", cwd=REPO_ROOT, env=env)
 
     assert "No new upgrade operations detected" in output
-    assert migrate.current(db_url) == {"0001"}
+    assert migrate.current(db_url) == {"sqlq_0001"}
 
 
 def test_alembic_without_a_url_migrates_sqlq_db_in_the_working_directory(tmp_path):
     run_alembic("-c", str(REPO_ROOT / "alembic.ini"), "upgrade", "head", cwd=tmp_path)
 
-    assert migrate.current(f"sqlite:///{tmp_path / 'sqlq.db'}") == {"0001"}
+    assert migrate.current(f"sqlite:///{tmp_path / 'sqlq.db'}") == {"sqlq_0001"}
 
 
 HOST_ENV_PY = """
@@ -309,7 +309,7 @@ def test_host_app_runs_sqlq_revisions_from_its_own_alembic(db_url, tmp_path):
     with engine.connect() as connection:
         heads = set(connection.scalars(sqlalchemy.text("SELECT version_num FROM alembic_version")))
     engine.dispose()
-    assert heads == {"3f1c2a9b7d10", "0001"}
+    assert heads == {"3f1c2a9b7d10", "sqlq_0001"}
     assert table_names(db_url) == SQLQ_TABLES | {"widgets", "alembic_version"}
     assert "No new upgrade operations detected" in run_alembic("check", cwd=tmp_path)
 
@@ -321,7 +321,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0002"
-down_revision = "0001"
+down_revision = "sqlq_0001"
 branch_labels = None
 depends_on = None
 
@@ -394,5 +394,5 @@ def test_sqlite_migration_that_orphans_rows_is_rolled_back(sqlite_url, tmp_path)
             sqlite_url, tmp_path / "more_versions", extra='op.execute("DELETE FROM sqlq_jobs")'
         )
 
-    assert migrate.current(sqlite_url) == {"0001"}
+    assert migrate.current(sqlite_url) == {"sqlq_0001"}
     assert count(sqlite_url, Job) == 1

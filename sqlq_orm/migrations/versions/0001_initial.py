@@ -1,6 +1,6 @@
 """Initial schema: jobs, attempts, events and workers.
 
-Revision ID: 0001
+Revision ID: sqlq_0001
 Revises:
 Create Date: 2025-11-21
 
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from alembic import op
 
-revision: str = "0001"
+revision: str = "sqlq_0001"
 down_revision: str | Sequence[str] | None = None
 branch_labels: str | Sequence[str] | None = ("sqlq",)
 depends_on: str | Sequence[str] | None = None
