@@ -40,7 +40,7 @@ from bench.core import (
 )
 
 NAME = "workers"
-CONCURRENCY = 16
+CONCURRENCY = 64
 GROUPED_BATCH = 100
 TARGET_JOBS_PER_SECOND = 5000.0
 

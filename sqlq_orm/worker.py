@@ -45,6 +45,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
+from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -71,6 +72,7 @@ INVALID_RESULT = "INTERNAL:INVALID_RESULT"
 """A handler returned a ``result_ref`` the queue refused (e.g. too long)."""
 
 _SIGNAL_POLL = 0.1  # how often waits in the main thread look for a received signal
+_CLAIM_GATHER = 0.005  # how long a wide worker waits for more free slots before claiming
 
 
 # ------------------------------------------------------------------------- outcomes
@@ -217,6 +219,68 @@ def default_worker_id() -> str:
 # -------------------------------------------------------------------------- worker
 
 
+class _SuccessBatcher:
+    """Records handler successes in groups: one transaction for many jobs.
+
+    Job threads hand their lease over and wait; one thread takes everything waiting
+    and records it with :meth:`Queue.succeed_many` (each job still fenced by its own
+    token). While one batch commits, the next one gathers, so under load many jobs
+    share a commit and with a single job nothing waits for company.
+    """
+
+    LOST = "lost"
+    RECORDED = "recorded"
+
+    def __init__(self, queue: Queue, max_batch: int = 500) -> None:
+        self._queue = queue
+        self._max_batch = max_batch
+        self._condition = threading.Condition()
+        self._waiting: list[tuple[Lease, list[Any], threading.Event]] = []
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name="sqlq-finisher", daemon=True)
+        self._thread.start()
+
+    def submit(self, lease: Lease) -> Any:
+        """Record ``lease``'s success; return RECORDED, LOST, or the database error."""
+        answer: list[Any] = []
+        done = threading.Event()
+        with self._condition:
+            if self._closed:
+                return self._record([lease])[0]
+            self._waiting.append((lease, answer, done))
+            self._condition.notify()
+        done.wait()
+        return answer[0]
+
+    def close(self) -> None:
+        """Record what is waiting, then stop the thread."""
+        with self._condition:
+            self._closed = True
+            self._condition.notify()
+        self._thread.join(timeout=30)
+
+    def _loop(self) -> None:
+        while True:
+            with self._condition:
+                while not self._waiting and not self._closed:
+                    self._condition.wait()
+                if not self._waiting:
+                    return
+                batch = self._waiting[: self._max_batch]
+                del self._waiting[: self._max_batch]
+            answers = self._record([lease for lease, _, _ in batch])
+            for (_, answer, done), result in zip(batch, answers, strict=True):
+                answer.append(result)
+                done.set()
+
+    def _record(self, leases: list[Lease]) -> list[Any]:
+        try:
+            lost = {lease.job_id for lease in self._queue.succeed_many(leases)}
+        except Exception as exc:  # noqa: BLE001 - handed to each waiting job thread
+            return [exc] * len(leases)
+        return [self.LOST if lease.job_id in lost else self.RECORDED for lease in leases]
+
+
 class Worker:
     """Runs the handlers of jobs claimed from ``queue``, ``concurrency`` at a time.
 
@@ -280,6 +344,7 @@ class Worker:
             "max_abandoned", self.concurrency if max_abandoned is None else max_abandoned, minimum=0
         )
         self.burst = burst
+        self._claim_batch = max(1, self.concurrency // 4)
         self.install_signal_handlers = install_signal_handlers
         self.stats = WorkerStats()
 
@@ -293,6 +358,7 @@ class Worker:
         self._heartbeats_done = threading.Event()
         self._signals_received = 0  # only ever incremented by the signal handler
         self._next_sweep: float | None = None
+        self._successes: _SuccessBatcher | None = None
 
     # ------------------------------------------------------------------ control
 
@@ -332,6 +398,7 @@ class Worker:
             target=self._heartbeat_loop, name="sqlq-heartbeat", daemon=True
         )
         heartbeats.start()
+        self._successes = _SuccessBatcher(self.queue)
         restore = self._install_signals()
         try:
             self._claim_loop()
@@ -354,6 +421,12 @@ class Worker:
             if free == 0:
                 self._wait(self._wake, self.poll_interval)
                 continue
+            if free < self._claim_batch and self.running_jobs:
+                # A wide worker claims a few slots at a time rather than one per
+                # finished job: fewer, larger claim transactions.
+                self._wait(self._wake, _CLAIM_GATHER)
+                if self._free_slots() < self._claim_batch and self.running_jobs:
+                    continue
             leased_at = time.monotonic()
             try:
                 leases = self.queue.claim(
@@ -517,7 +590,7 @@ class Worker:
         while True:
             try:
                 if outcome.succeeded:
-                    self.queue.succeed(run.lease, result_ref=outcome.result_ref)
+                    self._record_success(run, outcome)
                     self.stats.add("succeeded")
                     log.info("%s succeeded", run.describe())
                 else:
@@ -556,6 +629,17 @@ class Worker:
                     _one_line(str(exc)),
                 )
                 time.sleep(min(1.0, self.heartbeat_interval))
+
+    def _record_success(self, run: _Run, outcome: Outcome) -> None:
+        """Report a success; raise LeaseLost or the database error like ``succeed``."""
+        if outcome.result_ref is not None or self._successes is None:
+            self.queue.succeed(run.lease, result_ref=outcome.result_ref)
+            return
+        result = self._successes.submit(run.lease)
+        if result is _SuccessBatcher.LOST:
+            raise LeaseLost(run.lease.job_id)
+        if isinstance(result, BaseException):
+            raise result
 
     def _discard(self, run: _Run, reason: str) -> None:
         self.stats.add("discarded")
@@ -638,6 +722,8 @@ class Worker:
                 break
             self._wait(self._wake, left)
         self._release_remaining()
+        if self._successes is not None:
+            self._successes.close()
         self._heartbeats_done.set()
         heartbeats.join(timeout=5)
         try:
