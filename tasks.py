@@ -3,7 +3,7 @@
 
     python3 tasks.py demo    # make .venv, install sqlq_orm, run the demo
     python3 tasks.py test    # make .venv, install sqlq_orm[test], run the tests
-    python3 tasks.py bench   # make .venv, install sqlq_orm[test], run the benchmarks
+    python3 tasks.py bench   # make .venv, install sqlq_orm[test,bench], run the benchmarks
 
 Extra arguments after the task go to the program it runs (e.g. ``test -k sweep``).
 """
@@ -21,7 +21,7 @@ VENV = Path(os.environ.get("SQLQ_VENV", ROOT / ".venv"))
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PYTHON = BIN / "python"
 
-EXTRAS = {"demo": "postgres", "test": "test", "bench": "test"}
+EXTRAS = {"demo": "postgres", "test": "test", "bench": "test,bench"}
 
 
 def ensure_env(extra: str) -> None:
