@@ -382,13 +382,7 @@ class Worker:
         Raises if the worker cannot register (database unreachable, tables missing);
         after that, database errors are logged and retried, never fatal.
         """
-        self.queue.register_worker(
-            self.worker_id,
-            hostname=socket.gethostname(),
-            pid=os.getpid(),
-            queues=self.queues,
-            concurrency=self.concurrency,
-        )
+        self._register()
         log.info(
             "worker %s started: queues=%s concurrency=%d lease=%ds heartbeat=%.1fs handlers=%s",
             self.worker_id, ",".join(self.queues), self.concurrency, self.lease_seconds,
@@ -697,15 +691,19 @@ class Worker:
                     self._abandon(run, reason)
         self._touch_liveness()
 
+    def _register(self) -> None:
+        """Upsert this worker's row in the registry (who it is, and that it is alive)."""
+        self.queue.register_worker(
+            self.worker_id,
+            hostname=socket.gethostname(),
+            pid=os.getpid(),
+            queues=self.queues,
+            concurrency=self.concurrency,
+        )
+
     def _touch_liveness(self) -> None:
         try:
-            self.queue.register_worker(
-                self.worker_id,
-                hostname=socket.gethostname(),
-                pid=os.getpid(),
-                queues=self.queues,
-                concurrency=self.concurrency,
-            )
+            self._register()
         except SQLAlchemyError as exc:
             log.warning("could not record worker liveness (%s)", _one_line(str(exc)))
 
