@@ -5,6 +5,7 @@ and a queryable history of every attempt and event. SQLite by default; PostgreSQ
 (``FOR UPDATE SKIP LOCKED``) for many workers on many machines.
 """
 
+from sqlq_orm import invariants, migrate  # modules: sqlq_orm.migrate.upgrade(url)
 from sqlq_orm.clock import Clock, DatabaseClock, PinnedClock
 from sqlq_orm.dialects import configure_engine, create_engine
 from sqlq_orm.errors import (
@@ -20,15 +21,12 @@ from sqlq_orm.handlers import HandlerRegistry, JobContext
 from sqlq_orm.lease import Lease
 from sqlq_orm.mixins import JobAttemptMixin, JobEventMixin, JobMixin, WorkerMixin
 from sqlq_orm.models import Base, Job, JobAttempt, JobEvent, WorkerRecord
+from sqlq_orm.observability import JobTimeline, QueueStats, job_timeline
+from sqlq_orm.retention import PruneResult, RetentionPolicy
 from sqlq_orm.retry import RetryPolicy
 from sqlq_orm.service import EnqueuedJob, JobSpec, Models, Queue, SweepResult
 from sqlq_orm.states import AttemptStatus, Event, JobStatus
 from sqlq_orm.worker import Worker, WorkerStats
-
-# Last: these modules build on the names above.
-from sqlq_orm import invariants, migrate  # noqa: E402  (sqlq_orm.migrate.upgrade(url))
-from sqlq_orm.observability import JobTimeline, QueueStats, job_timeline  # noqa: E402
-from sqlq_orm.retention import PruneResult, RetentionPolicy  # noqa: E402
 
 __all__ = [
     "AttemptStatus",

@@ -19,7 +19,6 @@ from sqlalchemy.engine import Engine
 
 import sqlq_orm
 from sqlq_orm.models import Base
-
 from tests import factories
 
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
