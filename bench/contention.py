@@ -11,15 +11,21 @@ that no call failed with "database is locked", that every job ran exactly once
 
 from __future__ import annotations
 
-import multiprocessing
-import queue as queue_module
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import sqlq_orm
-from bench.core import Config, Result, compare, count_rows, fresh_sqlite, side_by_side, sqlite_url
+from bench.core import (
+    Config,
+    Result,
+    compare,
+    count_rows,
+    fresh_sqlite,
+    run_children,
+    side_by_side,
+    sqlite_url,
+)
 
 NAME = "contention"
 
@@ -52,28 +58,10 @@ def drain_with_processes(
     path: Path, processes: int, batch: int = 1
 ) -> tuple[float, int, Counter[str]]:
     """Run ``processes`` children on the file; return (seconds, jobs done, errors)."""
-    context = multiprocessing.get_context("spawn")
-    go, out = context.Event(), context.Queue()
-    children = [
-        context.Process(target=_child, args=(sqlite_url(path), f"bench-{n}", batch, go, out))
-        for n in range(processes)
-    ]
-    for child in children:
-        child.start()
-    time.sleep(0.5)  # let every child import and connect before the clock starts
-    started = time.perf_counter()
-    go.set()
-    reports: list[tuple[int, dict[str, int]]] = []
-    while len(reports) < len(children):
-        try:
-            reports.append(out.get(timeout=1))
-        except queue_module.Empty:
-            # A child that died before reporting would make us wait forever.
-            if all(not child.is_alive() for child in children) and out.empty():
-                break
-    elapsed = time.perf_counter() - started
-    for child in children:
-        child.join(timeout=60)
+    # Half a second lets every child import and connect before the clock starts.
+    elapsed, reports, children = run_children(
+        _child, [(sqlite_url(path), f"bench-{n}", batch) for n in range(processes)], 0.5
+    )
     errors: Counter[str] = Counter()
     for _, found in reports:
         errors.update(found)

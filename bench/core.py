@@ -9,6 +9,8 @@ than an absolute rate does.
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
+import queue as queue_module
 import statistics
 import time
 import uuid
@@ -304,3 +306,35 @@ def drain(
                 queue.succeed(lease)
         done += len(leases)
     return done
+
+
+def run_children(
+    target: Callable[..., None], args: list[tuple[Any, ...]], settle: float
+) -> tuple[float, list[Any], list[Any]]:
+    """Start one spawned process per ``args`` entry and time them from a common start.
+
+    Each child is called as ``target(*args, go, out)``: it gets ready, waits for
+    ``go``, works, and puts one report on ``out``. The clock starts ``settle`` seconds
+    after the starts, once imports and connections are done. Returns (seconds, the
+    reports, the joined processes); a child that dies without reporting cannot make
+    this wait forever.
+    """
+    context = multiprocessing.get_context("spawn")
+    go, out = context.Event(), context.Queue()
+    children = [context.Process(target=target, args=(*a, go, out)) for a in args]
+    for child in children:
+        child.start()
+    time.sleep(settle)
+    started = time.perf_counter()
+    go.set()
+    reports: list[Any] = []
+    while len(reports) < len(children):
+        try:
+            reports.append(out.get(timeout=1))
+        except queue_module.Empty:
+            if all(not child.is_alive() for child in children) and out.empty():
+                break
+    elapsed = time.perf_counter() - started
+    for child in children:
+        child.join(timeout=60)
+    return elapsed, reports, children

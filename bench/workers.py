@@ -18,8 +18,6 @@ for one worker process on SQLite.
 
 from __future__ import annotations
 
-import multiprocessing
-import queue as queue_module
 import time
 from collections.abc import Callable
 from typing import Any
@@ -35,6 +33,7 @@ from bench.core import (
     postgres_database,
     postgres_reachable,
     reset_postgres,
+    run_children,
     side_by_side,
     sqlite_url,
 )
@@ -99,26 +98,8 @@ def _worker_process(url: str, number: int, go: Any, out: Any) -> None:
 
 def run_workers(url: str, processes: int) -> tuple[float, int, list[float]]:
     """Drain the database at ``url`` with ``processes`` workers; (seconds, done, latencies)."""
-    context = multiprocessing.get_context("spawn")
-    go, out = context.Event(), context.Queue()
-    children = [
-        context.Process(target=_worker_process, args=(url, n, go, out)) for n in range(processes)
-    ]
-    for child in children:
-        child.start()
-    time.sleep(1.0)  # imports and connections happen before the clock starts
-    started = time.perf_counter()
-    go.set()
-    reports: list[tuple[int, list[float]]] = []
-    while len(reports) < processes:
-        try:
-            reports.append(out.get(timeout=1))
-        except queue_module.Empty:
-            if all(not child.is_alive() for child in children) and out.empty():
-                break
-    elapsed = time.perf_counter() - started
-    for child in children:
-        child.join(timeout=60)
+    # A second for imports and connections before the clock starts.
+    elapsed, reports, _ = run_children(_worker_process, [(url, n) for n in range(processes)], 1.0)
     latencies = [value for _, found in reports for value in found]
     return elapsed, sum(done for done, _ in reports), latencies
 
