@@ -23,7 +23,7 @@ import sqlalchemy
 from sqlalchemy.engine import Engine
 
 import sqlq_orm
-from sqlq_orm.models import Base
+from sqlq_orm.schema.models import Base
 
 
 @dataclass(frozen=True)

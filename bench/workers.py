@@ -76,7 +76,7 @@ class TimedQueue(sqlq_orm.Queue):
 
 
 def _worker_process(url: str, number: int, go: Any, out: Any) -> None:
-    from sqlq_orm.worker import Worker
+    from sqlq_orm.worker.runtime import Worker
 
     engine = sqlq_orm.create_engine(url)
     queue = TimedQueue(engine)

@@ -5,9 +5,12 @@ and a queryable history of every attempt and event. SQLite by default; PostgreSQ
 (``FOR UPDATE SKIP LOCKED``) for many workers on many machines.
 """
 
-from sqlq_orm import invariants, migrate  # modules: sqlq_orm.migrate.upgrade(url)
-from sqlq_orm.clock import Clock, DatabaseClock, PinnedClock
-from sqlq_orm.dialects import configure_engine, create_engine
+from sqlq_orm import migrate  # modules: sqlq_orm.migrate.upgrade(url)
+from sqlq_orm.core.backoff import RetryPolicy
+from sqlq_orm.core.lease import Lease
+from sqlq_orm.db.clock import Clock, DatabaseClock, PinnedClock
+from sqlq_orm.db.engine import configure_engine, create_engine
+from sqlq_orm.db.tables import Models
 from sqlq_orm.errors import (
     InvalidInput,
     InvalidTransition,
@@ -17,16 +20,16 @@ from sqlq_orm.errors import (
     MaxRuntimeExceeded,
     SqlqError,
 )
-from sqlq_orm.handlers import HandlerRegistry, JobContext
-from sqlq_orm.lease import Lease
-from sqlq_orm.mixins import JobAttemptMixin, JobEventMixin, JobMixin, WorkerMixin
-from sqlq_orm.models import Base, Job, JobAttempt, JobEvent, WorkerRecord
-from sqlq_orm.observability import JobTimeline, QueueStats, job_timeline
-from sqlq_orm.retention import PruneResult, RetentionPolicy
-from sqlq_orm.retry import RetryPolicy
-from sqlq_orm.service import EnqueuedJob, JobSpec, Models, Queue, SweepResult
-from sqlq_orm.states import AttemptStatus, Event, JobStatus
-from sqlq_orm.worker import Worker, WorkerStats
+from sqlq_orm.ops import invariants
+from sqlq_orm.ops.retention import PruneResult, RetentionPolicy
+from sqlq_orm.ops.stats.collect import JobTimeline, QueueStats, job_timeline
+from sqlq_orm.queue.queue import Queue
+from sqlq_orm.queue.types import EnqueuedJob, JobSpec, SweepResult
+from sqlq_orm.schema.mixins import JobAttemptMixin, JobEventMixin, JobMixin, WorkerMixin
+from sqlq_orm.schema.models import Base, Job, JobAttempt, JobEvent, WorkerRecord
+from sqlq_orm.schema.states import AttemptStatus, Event, JobStatus
+from sqlq_orm.worker.handlers import HandlerRegistry, JobContext
+from sqlq_orm.worker.runtime import Worker, WorkerStats
 
 __all__ = [
     "AttemptStatus",

@@ -32,7 +32,8 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import NullPool
 
 from alembic import command
-from sqlq_orm.dialects import create_engine, support_for
+from sqlq_orm.db.backends import backend_for
+from sqlq_orm.db.engine import create_engine
 from sqlq_orm.errors import SqlqError
 from sqlq_orm.migrations import (
     MIGRATIONS_DIR,
@@ -61,7 +62,7 @@ def _connection(
     try:
         with engine.connect() as connection:
             if read_only:
-                connection.execution_options(**support_for(engine).read_options)
+                connection.execution_options(**backend_for(engine).read_options)
             yield connection
     finally:
         if engine is not bind:

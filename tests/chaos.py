@@ -16,7 +16,7 @@ sweepers of its own beside the workers' in-process ones. Then it calms down, let
 queue drain, and verifies:
 
 - every job is terminal (nothing lost, nothing stuck) and every enqueued id is there;
-- :func:`sqlq_orm.invariants.check` finds nothing;
+- :func:`sqlq_orm.ops.invariants.check` finds nothing;
 - no zombie write was accepted: each SUCCEEDED attempt is one whose handler run
   completed under that attempt on that worker (handlers log ``job attempt worker``
   when they complete), at most one attempt per job succeeded, and jobs that can never
@@ -50,9 +50,9 @@ from sqlalchemy.exc import ArgumentError
 
 import sqlq_orm
 from sqlq_orm import JobError, RetryPolicy
-from sqlq_orm.handlers import HandlerRegistry, JobContext
-from sqlq_orm.invariants import check
-from sqlq_orm.models import Base
+from sqlq_orm.ops.invariants import check
+from sqlq_orm.schema.models import Base
+from sqlq_orm.worker.handlers import HandlerRegistry, JobContext
 
 ROOT = Path(__file__).resolve().parent.parent
 LOG_ENV = "SQLQ_CHAOS_LOG"

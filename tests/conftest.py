@@ -18,7 +18,7 @@ import sqlalchemy
 from sqlalchemy.engine import Engine
 
 import sqlq_orm
-from sqlq_orm.models import Base
+from sqlq_orm.schema.models import Base
 from tests import factories
 
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"

@@ -14,8 +14,8 @@ import factory
 from factory.alchemy import SQLAlchemyModelFactory
 from sqlalchemy.orm import Session
 
-from sqlq_orm.models import Job, JobAttempt, JobEvent, WorkerRecord
-from sqlq_orm.service import Models
+from sqlq_orm.db.tables import Models
+from sqlq_orm.schema.models import Job, JobAttempt, JobEvent, WorkerRecord
 
 T0 = 1_700_000_000
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from sqlq_orm import JobContext, JobError
-from sqlq_orm.handlers import HandlerRegistry
+from sqlq_orm.worker.handlers import HandlerRegistry
 
 registry = HandlerRegistry()
 

@@ -17,8 +17,8 @@ from sqlalchemy import select
 
 import sqlq_orm
 from sqlq_orm import JobStatus, MaxRuntimeExceeded, RetryPolicy
-from sqlq_orm.dialects import epoch_now
-from sqlq_orm.invariants import check
+from sqlq_orm.db.clock import epoch_now
+from sqlq_orm.ops.invariants import check
 
 LEASE = 30
 

@@ -18,8 +18,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import OperationalError
 
 import sqlq_orm
-from sqlq_orm.dialects import DEFAULT_BUSY_TIMEOUT_MS
-from sqlq_orm.models import Base, Job, JobEvent
+from sqlq_orm.db.engine import DEFAULT_BUSY_TIMEOUT_MS
+from sqlq_orm.schema.models import Base, Job, JobEvent
 
 SHORT_BUSY_TIMEOUT_MS = 200
 

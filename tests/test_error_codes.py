@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sqlq_orm import InvalidInput
-from sqlq_orm.error_codes import TRUNCATION_MARK, normalize_error_code, summarize_detail
+from sqlq_orm.core.error_codes import TRUNCATION_MARK, normalize_error_code, summarize_detail
 
 
 @pytest.mark.parametrize(

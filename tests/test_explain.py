@@ -18,8 +18,8 @@ from typing import Any
 from sqlalchemy import event, select
 from sqlalchemy.engine import Engine
 
-from sqlq_orm.observability import StatsQueries, TimelineQueries
-from sqlq_orm.retention import PruneQueries
+from sqlq_orm.ops.retention import PruneQueries
+from sqlq_orm.ops.stats.collect import StatsQueries, TimelineQueries
 from tests.test_observability import NOW
 
 QUEUE_TABLES = "sqlq_jobs|sqlq_job_attempts|sqlq_job_events"

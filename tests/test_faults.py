@@ -21,7 +21,7 @@ from sqlalchemy import event, text
 
 import sqlq_orm
 from sqlq_orm import JobStatus, Worker
-from sqlq_orm.invariants import check
+from sqlq_orm.ops.invariants import check
 from tests.faultkit import GIVE_UP_SECONDS, PauseAfter
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")

@@ -14,9 +14,9 @@ from sqlalchemy.exc import IntegrityError
 
 import sqlq_orm
 from sqlq_orm import InvalidInput, JobError, JobStatus, Worker, migrate
-from sqlq_orm.error_codes import CORRUPT_PAYLOAD, TRUNCATION_MARK
-from sqlq_orm.invariants import check
-from sqlq_orm.mixins import ERROR_DETAIL_MAX
+from sqlq_orm.core.error_codes import CORRUPT_PAYLOAD, TRUNCATION_MARK
+from sqlq_orm.ops.invariants import check
+from sqlq_orm.schema.mixins import ERROR_DETAIL_MAX
 
 HOSTILE = [
     "'; DROP TABLE sqlq_jobs; --",

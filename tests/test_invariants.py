@@ -15,7 +15,7 @@ from sqlalchemy import text
 
 import sqlq_orm
 from sqlq_orm import JobStatus, RetryPolicy
-from sqlq_orm.invariants import INVARIANTS, Violation, check, replay_problem
+from sqlq_orm.ops.invariants import INVARIANTS, Violation, check, replay_problem
 from tests.faultkit import Actor, PauseAfter, unchecked
 
 pytestmark = pytest.mark.filterwarnings("ignore::sqlalchemy.exc.SAWarning")

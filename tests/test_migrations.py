@@ -24,7 +24,7 @@ import sqlq_orm
 from alembic import command
 from sqlq_orm import migrate
 from sqlq_orm.migrations import MIGRATIONS_DIR, VERSION_TABLE, VERSIONS_DIR
-from sqlq_orm.models import Base, Job, JobAttempt, JobEvent
+from sqlq_orm.schema.models import Base, Job, JobAttempt, JobEvent
 from tests import factories
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -237,7 +237,7 @@ from alembic import context
 from sqlalchemy import create_engine
 
 from host_models import metadata as host_metadata
-from sqlq_orm.models import Base as SqlqBase
+from sqlq_orm.schema.models import Base as SqlqBase
 
 config = context.config
 engine = create_engine(config.get_main_option("sqlalchemy.url"))

@@ -12,9 +12,10 @@ import pytest
 from sqlalchemy import insert
 
 import sqlq_orm
-from sqlq_orm import observability, report
 from sqlq_orm.errors import InvalidInput, JobNotFound
-from sqlq_orm.observability import WorkerState, percentile_rank
+from sqlq_orm.ops.render import stats_text as report
+from sqlq_orm.ops.stats import collect as observability
+from sqlq_orm.ops.stats.collect import WorkerState, percentile_rank
 from tests.factories import JobAttemptFactory, JobEventFactory, JobFactory, WorkerFactory
 
 NOW = 1_700_000_000

@@ -22,7 +22,7 @@ from sqlalchemy import func, select
 
 import sqlq_orm
 from sqlq_orm import InvalidTransition, JobStatus, LeaseLost
-from sqlq_orm.invariants import check
+from sqlq_orm.ops.invariants import check
 from tests.faultkit import Actor, PauseAfter, start_blocked
 
 CLAIM = r"UPDATE sqlq_jobs SET status=\S+, claimed_at="

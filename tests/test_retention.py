@@ -10,8 +10,8 @@ from sqlalchemy import func, select
 
 import sqlq_orm
 from sqlq_orm.errors import InvalidInput, SqlqError
-from sqlq_orm.models import Base
-from sqlq_orm.retention import RetentionPolicy, run_maintenance
+from sqlq_orm.ops.retention import RetentionPolicy, run_maintenance
+from sqlq_orm.schema.models import Base
 from tests.factories import JobEventFactory, JobFactory, WorkerFactory
 from tests.test_observability import DAY, NOW, build_known_queue
 

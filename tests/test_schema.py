@@ -14,7 +14,7 @@ from sqlalchemy import delete, func, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from sqlq_orm.models import Job, JobAttempt, JobEvent
+from sqlq_orm.schema.models import Job, JobAttempt, JobEvent
 from tests import factories
 
 T0 = factories.T0

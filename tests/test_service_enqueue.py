@@ -20,7 +20,7 @@ from sqlq_orm import (
     Queue,
     WorkerRecord,
 )
-from sqlq_orm.models import Job
+from sqlq_orm.schema.models import Job
 from tests.conftest import PINNED_START as T0
 from tests.test_service_support import (
     event_names,

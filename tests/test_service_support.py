@@ -2,7 +2,7 @@
 
 - :func:`snapshot` reads everything the database holds about one job, so a test can
   prove that a rejected call changed nothing;
-- :func:`replay` walks a job's event timeline through :mod:`sqlq_orm.states` and
+- :func:`replay` walks a job's event timeline through :mod:`sqlq_orm.schema.states` and
   fails on any event the transition table does not allow;
 - :func:`assert_histories_are_legal` replays every job in the database and checks
   that the replayed status is the stored one;
@@ -23,8 +23,8 @@ import sqlalchemy
 from sqlalchemy import event, func, select
 from sqlalchemy.engine import Engine
 
-from sqlq_orm.models import Job, JobAttempt, JobEvent
-from sqlq_orm.states import (
+from sqlq_orm.schema.models import Job, JobAttempt, JobEvent
+from sqlq_orm.schema.states import (
     ANNOTATIONS,
     INITIAL_EVENT,
     TRANSITIONS,

@@ -10,7 +10,7 @@ that say what each call must do. After every step:
   the model says the lease is stale, ``MaxRuntimeExceeded`` exactly when it is held
   but past its max runtime, ``InvalidTransition`` for finished jobs),
 - every job row matches the model (status, retries, attempts, run_at, lease expiry),
-- :func:`sqlq_orm.invariants.check` finds nothing.
+- :func:`sqlq_orm.ops.invariants.check` finds nothing.
 
 Profiles (``SQLQ_HYPOTHESIS_PROFILE``): ``ci`` (default, modest), ``long`` (thorough).
 """
@@ -42,7 +42,7 @@ from sqlq_orm import (
     PinnedClock,
     RetryPolicy,
 )
-from sqlq_orm.invariants import check
+from sqlq_orm.ops.invariants import check
 from tests.conftest import PINNED_START
 
 settings.register_profile(

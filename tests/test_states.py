@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from sqlq_orm.states import (
+from sqlq_orm.schema.states import (
     ACTIVE,
     ANNOTATION_SOURCES,
     ANNOTATIONS,

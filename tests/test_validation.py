@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from sqlq_orm import InvalidInput
-from sqlq_orm import validation as v
+from sqlq_orm.core import validation as v
 
 
 def test_names_are_non_empty_bounded_strings():

@@ -19,7 +19,7 @@ from sqlalchemy import select, update
 
 import sqlq_orm
 from sqlq_orm import HandlerRegistry, JobContext, JobError, Worker
-from sqlq_orm.models import Job, WorkerRecord
+from sqlq_orm.schema.models import Job, WorkerRecord
 from tests.worker_helpers import job_row, running, status_is, wait_until
 
 FAST = {"poll_interval": 0.05, "sweep_interval": None, "install_signal_handlers": False}
@@ -352,7 +352,7 @@ def test_registering_two_handlers_for_one_type_is_refused():
     ],
 )
 def test_loading_handlers_names_what_is_wrong(spec, message):
-    from sqlq_orm.handlers import load_registry
+    from sqlq_orm.worker.handlers import load_registry
 
     with pytest.raises(sqlq_orm.InvalidInput, match=message):
         load_registry(spec)

@@ -17,8 +17,8 @@ import sqlalchemy
 from sqlalchemy import func, select
 
 import sqlq_orm
-from sqlq_orm.demo import WorkerPool
-from sqlq_orm.models import Job, WorkerRecord
+from sqlq_orm.cli.demo import WorkerPool
+from sqlq_orm.schema.models import Job, WorkerRecord
 from tests.worker_helpers import TEST_HANDLERS, Processes, job_row, status_is, wait_until
 
 pytestmark = pytest.mark.slow

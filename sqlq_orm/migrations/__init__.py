@@ -46,7 +46,7 @@ DATABASE_URL_ENV = "SQLQ_DATABASE_URL"
 
 def target_metadata() -> MetaData:
     """The metadata the revisions must match: the library's default models."""
-    from sqlq_orm.models import Base
+    from sqlq_orm.schema.models import Base
 
     return Base.metadata
 

@@ -22,9 +22,9 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.pool import NullPool
 
 from alembic import context
-from sqlq_orm.dialects import (
+from sqlq_orm.db.engine import create_engine
+from sqlq_orm.db.maintenance import (
     check_foreign_keys,
-    create_engine,
     foreign_keys_suspended,
     lock_for_migration,
 )

@@ -10,7 +10,7 @@ One worker process has three kinds of threads:
 - one **job thread** per running job calls the handler with no transaction open,
   then reports the outcome with the lease (``succeed`` / ``fail``).
 
-The worker never writes SQL; it only calls :class:`~sqlq_orm.service.Queue` methods.
+The worker never writes SQL; it only calls :class:`~sqlq_orm.queue.queue.Queue` methods.
 
 **Giving up on a job.** A job is *abandoned* (its outcome will be discarded, its
 context's ``should_stop`` turns true) when a heartbeat is refused (``LeaseLost``: the
@@ -49,12 +49,13 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from sqlq_orm import error_codes, validation
+from sqlq_orm.core import error_codes, validation
+from sqlq_orm.core.lease import Lease
 from sqlq_orm.errors import InvalidInput, JobError, LeaseLost, MaxRuntimeExceeded, SqlqError
-from sqlq_orm.handlers import Handler, HandlerRegistry, JobContext
-from sqlq_orm.lease import Lease
-from sqlq_orm.mixins import QUEUE_MAX, WORKER_ID_MAX
-from sqlq_orm.service import Queue, SweepResult
+from sqlq_orm.queue.queue import Queue
+from sqlq_orm.queue.types import SweepResult
+from sqlq_orm.schema.mixins import QUEUE_MAX, WORKER_ID_MAX
+from sqlq_orm.worker.handlers import Handler, HandlerRegistry, JobContext
 
 log = logging.getLogger("sqlq_orm.worker")
 
@@ -284,7 +285,7 @@ class _SuccessBatcher:
 class Worker:
     """Runs the handlers of jobs claimed from ``queue``, ``concurrency`` at a time.
 
-    ``handlers`` is a :class:`~sqlq_orm.handlers.HandlerRegistry` (or a mapping of job
+    ``handlers`` is a :class:`~sqlq_orm.worker.handlers.HandlerRegistry` (or a mapping of job
     type to function). ``lease_seconds`` is how long each claim lasts without a
     heartbeat; heartbeats go out every ``heartbeat_interval`` seconds (default a third
     of the lease). ``poll_interval`` is how long an idle worker waits before asking

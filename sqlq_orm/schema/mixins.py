@@ -43,7 +43,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, declared_attr, mapped_column, relationship
 from sqlalchemy.sql.elements import conv
 
-from sqlq_orm.states import ACTIVE, HELD, TERMINAL, AttemptStatus, Event, JobStatus
+from sqlq_orm.schema.states import ACTIVE, HELD, TERMINAL, AttemptStatus, Event, JobStatus
 
 if TYPE_CHECKING:
     from sqlalchemy.sql.schema import SchemaItem

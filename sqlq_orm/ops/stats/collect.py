@@ -15,7 +15,7 @@ Everything runs in one read-only transaction (:func:`consistent_read`): SQLite's
 lock is never taken, and on PostgreSQL every query sees the same snapshot. "Now" is
 read once from the queue's clock and bound into every query, so all numbers are as of
 one instant (and tests can pin it). Each query is shaped to use an index declared in
-:mod:`sqlq_orm.mixins`; :class:`StatsQueries` and :class:`TimelineQueries` hand the
+:mod:`sqlq_orm.schema.mixins`; :class:`StatsQueries` and :class:`TimelineQueries` hand the
 exact statements to ``tests/test_explain.py``.
 """
 
@@ -32,14 +32,14 @@ from sqlalchemy import Integer, case, func, literal, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import Select
 
-from sqlq_orm import validation
+from sqlq_orm.core import validation
+from sqlq_orm.db.statements import Tables
 from sqlq_orm.errors import JobNotFound
-from sqlq_orm.retention import DAY, RetentionPolicy
-from sqlq_orm.statements import Tables
-from sqlq_orm.states import HELD, TERMINAL, AttemptStatus, JobStatus
+from sqlq_orm.ops.retention import DAY, RetentionPolicy
+from sqlq_orm.schema.states import HELD, TERMINAL, AttemptStatus, JobStatus
 
 if TYPE_CHECKING:
-    from sqlq_orm.service import Queue
+    from sqlq_orm.queue.queue import Queue
 
 DEFAULT_WINDOWS: tuple[int, ...] = (300, 3600)
 """Throughput windows in seconds: the last 5 and 60 minutes."""
@@ -518,7 +518,7 @@ class StatsQueries:
 def consistent_read(queue: Queue) -> Iterator[Connection]:
     """A read-only transaction whose queries all see one snapshot.
 
-    Like :meth:`Queue.read() <sqlq_orm.service.Queue.read>` (SQLite: ``BEGIN
+    Like :meth:`Queue.read() <sqlq_orm.queue.queue.Queue.read>` (SQLite: ``BEGIN
     DEFERRED``, never the write lock), but on PostgreSQL at REPEATABLE READ, so the
     numbers of one report agree with each other (a job moving between two queries is
     not counted twice). A read-only REPEATABLE READ transaction never fails to commit.
@@ -559,7 +559,7 @@ def collect_stats(
     listed; ``windows`` are the throughput windows in seconds (the largest is also
     the window for per-type failure rates and attempt durations); a worker not seen
     for ``worker_stale_seconds`` is reported silent; ``policy`` (default
-    :class:`~sqlq_orm.retention.RetentionPolicy`) decides what counts as due for
+    :class:`~sqlq_orm.ops.retention.RetentionPolicy`) decides what counts as due for
     pruning. Bad arguments raise :class:`~sqlq_orm.errors.InvalidInput`.
     """
     top_n = validation.require_int("top_n", top_n, minimum=1)

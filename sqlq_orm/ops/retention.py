@@ -31,13 +31,14 @@ from sqlalchemy import Delete, delete, func, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import Select
 
-from sqlq_orm import dialects, validation
+from sqlq_orm.core import validation
+from sqlq_orm.db import maintenance
+from sqlq_orm.db.statements import Tables
 from sqlq_orm.errors import InvalidInput, SqlqError
-from sqlq_orm.statements import Tables
-from sqlq_orm.states import Event, JobStatus
+from sqlq_orm.schema.states import Event, JobStatus
 
 if TYPE_CHECKING:
-    from sqlq_orm.service import Queue
+    from sqlq_orm.queue.queue import Queue
 
 log = logging.getLogger("sqlq_orm")
 
@@ -216,7 +217,7 @@ def _read_now(queue: Queue) -> int:
 
 
 def _require_cascade(connection: Connection) -> None:
-    if not dialects.foreign_keys_enforced(connection):
+    if not maintenance.foreign_keys_enforced(connection):
         raise SqlqError(
             "foreign keys are not enforced on this database connection, so deleting jobs "
             "would leave orphan attempts and events; nothing was deleted. Create the engine "
@@ -390,10 +391,11 @@ def run_maintenance(
     for task, wanted in (("checkpoint", checkpoint), ("vacuum", vacuum)):
         if not wanted:
             continue
-        plan = dialects.maintenance_statement(queue.engine, task, queue_tables)
+        plan = maintenance.maintenance_statement(queue.engine, task, queue_tables)
         output: list[list[Any]] = []
         if plan.sql is not None:
-            output = [list(row) for row in dialects.run_outside_transaction(queue.engine, plan.sql)]
+            rows = maintenance.run_outside_transaction(queue.engine, plan.sql)
+            output = [list(row) for row in rows]
             log.info("maintenance: %s ran %s -> %s", task, plan.sql, output)
         results.append(
             MaintenanceResult(task=task, statement=plan.sql, message=plan.note, output=output)

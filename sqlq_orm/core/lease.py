@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlq_orm.error_codes import CORRUPT_PAYLOAD
+from sqlq_orm.core.error_codes import CORRUPT_PAYLOAD
 from sqlq_orm.errors import JobError
 
 

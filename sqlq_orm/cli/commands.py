@@ -28,10 +28,11 @@ import sqlalchemy
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError, SQLAlchemyError
 
-from sqlq_orm.dialects import create_engine
+from sqlq_orm.core.backoff import RetryPolicy
+from sqlq_orm.db.engine import create_engine
 from sqlq_orm.errors import SqlqError
-from sqlq_orm.retry import RetryPolicy
-from sqlq_orm.service import Queue, SweepResult
+from sqlq_orm.queue.queue import Queue
+from sqlq_orm.queue.types import SweepResult
 
 DEFAULT_DB_URL = "sqlite:///sqlq.db"
 DB_ENV_VAR = "SQLQ_DATABASE_URL"
@@ -195,8 +196,8 @@ def worker(
     retry_base: float | None = None,
 ) -> int:
     """Run a worker until SIGTERM/SIGINT (or, with --burst, until the queue is empty)."""
-    from sqlq_orm.handlers import load_registry
-    from sqlq_orm.worker import Worker
+    from sqlq_orm.worker.handlers import load_registry
+    from sqlq_orm.worker.runtime import Worker
 
     registry = load_registry(handlers)
     # Job threads, the heartbeat thread and the claim loop each may hold a connection.
@@ -232,7 +233,7 @@ def sweep(
     retry_base: float | None = None,
 ) -> int:
     """Recover expired leases and end jobs past their max runtime (once, or --loop)."""
-    from sqlq_orm.worker import run_sweeper
+    from sqlq_orm.worker.runtime import run_sweeper
 
     queue = open_queue(db, retry_base=retry_base)
     if not loop:
@@ -262,7 +263,7 @@ def stats(
     worker_stale: int = 60,
 ) -> int:
     """Answer the five questions: states, stuck jobs, retries, failure reasons, retention."""
-    from sqlq_orm import report
+    from sqlq_orm.ops.render import stats_text as report
 
     renderers = {
         "text": lambda s: report.render_stats_text(s, color=_colour()),
@@ -291,7 +292,8 @@ def stats(
 
 def show(db: str | None, job_id: int, output: str = "text") -> int:
     """Show one job: its state, its attempts and its event timeline."""
-    from sqlq_orm import observability, report
+    from sqlq_orm.ops.render import stats_text as report
+    from sqlq_orm.ops.stats import collect as observability
 
     timeline = observability.job_timeline(open_queue(db), job_id)
     if output == "json":
@@ -317,8 +319,8 @@ def retry(db: str | None, job_id: int) -> int:
 
 def check(db: str | None, output: str = "text") -> int:
     """Check every queue invariant (read-only); exit 1 if any row breaks one."""
-    from sqlq_orm.invariants import INVARIANTS
-    from sqlq_orm.invariants import check as find_violations
+    from sqlq_orm.ops.invariants import INVARIANTS
+    from sqlq_orm.ops.invariants import check as find_violations
 
     violations = find_violations(open_queue(db))
     if output == "json":
@@ -349,8 +351,8 @@ def prune(
     output: str = "text",
 ) -> int:
     """Delete finished jobs past their retention (with attempts and events), in batches."""
-    from sqlq_orm import report
-    from sqlq_orm.retention import RetentionPolicy
+    from sqlq_orm.ops.render import stats_text as report
+    from sqlq_orm.ops.retention import RetentionPolicy
 
     policy = RetentionPolicy().with_days(
         succeeded_days=succeeded_days,
@@ -371,8 +373,8 @@ def prune(
 
 def maintenance(db: str | None, checkpoint: bool = False, vacuum: bool = False) -> int:
     """SQLite: checkpoint the WAL and/or VACUUM (off-peak); PostgreSQL: VACUUM (ANALYZE)."""
-    from sqlq_orm import report
-    from sqlq_orm.retention import run_maintenance
+    from sqlq_orm.ops.render import stats_text as report
+    from sqlq_orm.ops.retention import run_maintenance
 
     if not (checkpoint or vacuum):
         raise CommandError("nothing to do: pass --checkpoint and/or --vacuum")
@@ -384,7 +386,7 @@ def maintenance(db: str | None, checkpoint: bool = False, vacuum: bool = False) 
 
 def demo(path: str | None = None, jobs: int = 300, workers: int = 3) -> int:
     """Run the self-contained demo on a fresh SQLite file; print its report."""
-    from sqlq_orm.demo import run_demo
+    from sqlq_orm.cli.demo import run_demo
 
     return run_demo(path=path, jobs=jobs, workers=workers)
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Table, and_, func, or_, select
 from sqlalchemy.engine import Connection, Engine
 
-from sqlq_orm.states import (
+from sqlq_orm.schema.states import (
     ACTIVE,
     ANNOTATIONS,
     HELD,
@@ -33,7 +33,7 @@ from sqlq_orm.states import (
 )
 
 if TYPE_CHECKING:
-    from sqlq_orm.service import Queue
+    from sqlq_orm.queue.queue import Queue
 
 INVARIANTS: dict[str, str] = {
     "held_job_has_lease": (
@@ -92,7 +92,7 @@ class Violation:
 def check(target: Queue | Engine) -> list[Violation]:
     """Return every invariant violation in the database (an empty list when healthy).
 
-    ``target`` is a :class:`~sqlq_orm.service.Queue` (its models and tables are used)
+    ``target`` is a :class:`~sqlq_orm.queue.queue.Queue` (its models and tables are used)
     or an :class:`~sqlalchemy.engine.Engine` holding the default ``sqlq_*`` tables.
     Read-only: one snapshot, no write lock, nothing written.
     """
@@ -109,7 +109,7 @@ def check(target: Queue | Engine) -> list[Violation]:
 
 
 def _as_queue(target: Queue | Engine) -> Queue:
-    from sqlq_orm.service import Queue
+    from sqlq_orm.queue.queue import Queue
 
     if isinstance(target, Queue):
         return target

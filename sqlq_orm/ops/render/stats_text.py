@@ -4,7 +4,7 @@ Three forms: a terminal report (aligned tables; ANSI colour only when asked, i.e
 when stdout is a TTY), JSON for machines, and the Prometheus text exposition format
 (a small exporter written here: the format is a few lines of text, and
 ``prometheus_client`` would add a dependency for no gain). Pure functions over the
-dataclasses of :mod:`sqlq_orm.observability` and :mod:`sqlq_orm.retention`;
+dataclasses of :mod:`sqlq_orm.ops.stats.collect` and :mod:`sqlq_orm.ops.retention`;
 nothing here touches the database.
 """
 
@@ -17,14 +17,14 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlq_orm.observability import (
+from sqlq_orm.ops.retention import KEEP_FOREVER, MaintenanceResult, PruneResult
+from sqlq_orm.ops.stats.collect import (
     HeldJob,
     JobTimeline,
     QueueStats,
     WorkerState,
 )
-from sqlq_orm.retention import KEEP_FOREVER, MaintenanceResult, PruneResult
-from sqlq_orm.states import JobStatus
+from sqlq_orm.schema.states import JobStatus
 
 STATUS_ORDER = [s.value for s in JobStatus]
 

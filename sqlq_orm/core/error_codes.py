@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from sqlq_orm.errors import InvalidInput
-from sqlq_orm.mixins import ERROR_CODE_MAX, ERROR_DETAIL_MAX
+from sqlq_orm.schema.mixins import ERROR_CODE_MAX, ERROR_DETAIL_MAX
 
 _CODE = re.compile(r"^[A-Z][A-Z0-9_]*:[A-Z][A-Z0-9_]*$")
 _SEPARATORS = re.compile(r"[\s\-.]+")

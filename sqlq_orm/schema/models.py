@@ -1,7 +1,7 @@
 """The library's own declarative base and the default concrete models.
 
 Apps that want the tables under their own base bind the mixins instead
-(see :mod:`sqlq_orm.mixins`); everything in the service layer works with either.
+(see :mod:`sqlq_orm.schema.mixins`); everything in the service layer works with either.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from sqlalchemy import MetaData
 from sqlalchemy.orm import DeclarativeBase
 
-from sqlq_orm.mixins import JobAttemptMixin, JobEventMixin, JobMixin, WorkerMixin
+from sqlq_orm.schema.mixins import JobAttemptMixin, JobEventMixin, JobMixin, WorkerMixin
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",

@@ -8,12 +8,32 @@ intervals, grace periods) use ``time.monotonic()`` and never touch these clocks.
 from __future__ import annotations
 
 import threading
-from typing import Protocol
+from typing import Any, Protocol
 
 from sqlalchemy import BigInteger, bindparam
+from sqlalchemy.exc import CompileError
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.functions import FunctionElement
 
-from sqlq_orm.dialects import epoch_now
+
+class epoch_now(FunctionElement[int]):  # noqa: N801 - reads like the SQL function it is
+    """The database's current time as integer UTC epoch seconds.
+
+    Each backend module in :mod:`sqlq_orm.db.backends` compiles it for its database.
+    """
+
+    type = BigInteger()
+    name = "epoch_now"
+    inherit_cache = True
+
+
+@compiles(epoch_now)
+def _epoch_now_unsupported(element: epoch_now, compiler: Any, **kw: Any) -> str:
+    raise CompileError(
+        f"sqlq_orm has no database clock for dialect {compiler.dialect.name!r}; "
+        "use a supported database, or pass a clock explicitly"
+    )
 
 
 class Clock(Protocol):

@@ -24,12 +24,14 @@ from typing import TextIO
 
 from sqlalchemy import func, select
 
-from sqlq_orm import observability, report
-from sqlq_orm.dialects import create_engine
-from sqlq_orm.service import JobSpec, Queue
-from sqlq_orm.states import ACTIVE, JobStatus
+from sqlq_orm.db.engine import create_engine
+from sqlq_orm.ops.render import stats_text as report
+from sqlq_orm.ops.stats import collect as observability
+from sqlq_orm.queue.queue import Queue
+from sqlq_orm.queue.types import JobSpec
+from sqlq_orm.schema.states import ACTIVE, JobStatus
 
-DEMO_HANDLERS = "sqlq_orm.demo_handlers:registry"
+DEMO_HANDLERS = "sqlq_orm.cli.demo_handlers:registry"
 DEMO_WORKER_ARGS = (
     "--lease", "3", "--heartbeat", "1", "--poll", "0.2",
     "--sweep-interval", "1-2", "--retry-base", "1", "--grace", "3",
@@ -155,7 +157,7 @@ class WorkerPool:
 
 def _child_env() -> dict[str, str]:
     """This process's environment, with this copy of sqlq_orm importable first."""
-    package_parent = str(Path(__file__).resolve().parent.parent)
+    package_parent = str(Path(__file__).resolve().parents[2])
     path = os.environ.get("PYTHONPATH")
     return {**os.environ, "PYTHONPATH": package_parent + (os.pathsep + path if path else "")}
 
@@ -258,7 +260,7 @@ def run_demo(
     out: TextIO | None = None,
 ) -> int:
     """Run the demo; print its story and report to ``out``; return 0 if it all happened."""
-    from sqlq_orm.cli import migrate_schema
+    from sqlq_orm.cli.commands import migrate_schema
 
     out = out or sys.stdout
     say = _Narrator(out)

@@ -1,4 +1,4 @@
-"""The handlers the demo's worker processes run (``sqlq_orm.demo_handlers:registry``).
+"""The handlers the demo's worker processes run (``sqlq_orm.cli.demo_handlers:registry``).
 
 Each stands for a kind of job a real app has; their behaviour comes from the payload,
 so the demo's outcome is predictable and its report easy to check.
@@ -11,7 +11,7 @@ import signal
 import time
 
 from sqlq_orm.errors import JobError
-from sqlq_orm.handlers import HandlerRegistry, JobContext
+from sqlq_orm.worker.handlers import HandlerRegistry, JobContext
 
 registry = HandlerRegistry()
 

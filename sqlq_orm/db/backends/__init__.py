@@ -1,0 +1,47 @@
+"""The database backends: one module per database, chosen by SQLAlchemy's dialect name.
+
+:func:`backend_for` returns the :class:`~sqlq_orm.db.backends.base.Backend` record of
+an engine's database. Nothing outside this package asks which database it talks to.
+Importing this package also registers each database's compilation of
+:class:`~sqlq_orm.db.clock.epoch_now`.
+
+May import: :mod:`sqlq_orm.errors`, :mod:`sqlq_orm.db.clock`, SQLAlchemy.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.engine import Dialect, Engine
+
+from sqlq_orm.db.backends import postgresql, sqlite
+from sqlq_orm.db.backends.base import Backend, MaintenanceStatement
+from sqlq_orm.errors import InvalidInput
+
+_REGISTRY: dict[str, Backend] = {
+    sqlite.BACKEND.name: sqlite.BACKEND,
+    postgresql.BACKEND.name: postgresql.BACKEND,
+}
+
+
+def supported() -> list[str]:
+    """The databases sqlq_orm supports, as people write their names."""
+    return [backend.title for backend in _REGISTRY.values()]
+
+
+def find_backend(dialect: Dialect | Engine) -> Backend | None:
+    """The backend of an engine's database, or None if sqlq_orm does not support it."""
+    name = dialect.dialect.name if isinstance(dialect, Engine) else dialect.name
+    return _REGISTRY.get(name)
+
+
+def backend_for(dialect: Dialect | Engine) -> Backend:
+    """The backend of an engine's database, or a clear error naming the dialect."""
+    backend = find_backend(dialect)
+    if backend is None:
+        name = dialect.dialect.name if isinstance(dialect, Engine) else dialect.name
+        raise InvalidInput(
+            f"sqlq_orm supports {' and '.join(supported())}; got dialect {name!r}"
+        )
+    return backend
+
+
+__all__ = ["Backend", "MaintenanceStatement", "backend_for", "find_backend", "supported"]

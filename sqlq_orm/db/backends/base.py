@@ -1,0 +1,92 @@
+"""What the queue needs to know about one database: the :class:`Backend` record.
+
+Each database gets one module in this package that builds its record; the registry
+in :mod:`sqlq_orm.db.backends` picks one by SQLAlchemy's dialect name. A new database
+(MySQL/MariaDB, say) is a new module here plus one line in the registry, and must pass
+the conformance suite in ``tests/conformance``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.sql import FromClause, Select
+from sqlalchemy.sql.elements import ColumnElement
+
+
+@dataclass(frozen=True)
+class MaintenanceStatement:
+    """The statement one maintenance task runs on a database (``sql`` None: not needed)."""
+
+    task: str
+    sql: str | None
+    note: str
+
+
+@contextmanager
+def _nothing_to_suspend(connection: Connection) -> Iterator[None]:
+    yield
+
+
+def _no_hooks(engine: Engine, busy_timeout_ms: int) -> None:
+    return None
+
+
+def _no_lock(connection: Connection) -> None:
+    return None
+
+
+def _always_enforced(connection: Connection) -> bool:
+    return True
+
+
+def _never_broken(connection: Connection) -> list[str]:
+    return []
+
+
+@dataclass(frozen=True)
+class Backend:
+    """What the service, the migrations and maintenance need to know about one database."""
+
+    name: str
+    """SQLAlchemy's dialect name, the registry's key."""
+    title: str
+    """The database's name as people write it, for messages."""
+    insert: Callable[..., Any]
+    """``insert`` construct with ``on_conflict_do_update`` / ``do_nothing``."""
+    read_options: dict[str, Any]
+    """Execution options for a read-only transaction."""
+    lock_rows: Callable[[Select[Any], bool], Select[Any]]
+    """Make a claim's candidate ``SELECT`` lock what it reads (``skip_locked``: pass
+    over rows another transaction holds instead of waiting for them)."""
+    pick: Callable[[Select[Any], str], FromClause]
+    """Wrap the claim's ``SELECT ... LIMIT n`` so an ``UPDATE ... FROM`` can use it."""
+    token_for_row: Callable[[ColumnElement[int]], ColumnElement[str]]
+    """Expression picking row ``rn``'s token (1-based) out of the ``tokens`` param."""
+    bind_tokens: Callable[[Sequence[str]], Any]
+    """Turn a list of tokens into the value bound to the ``tokens`` param."""
+    rows_changed: Callable[[Connection, Any], int]
+    """How many rows the statement that produced ``result`` changed (all fetched)."""
+    maintenance: Callable[[Engine, str, Sequence[Any]], MaintenanceStatement]
+    """What a maintenance task ("checkpoint", "vacuum") runs on this database."""
+    autocommit: tuple[str, Any]
+    """The driver connection's attribute and value that switch autocommit on."""
+    snapshot_options: dict[str, Any] = field(default_factory=dict)
+    """Execution options for a read-only transaction whose statements all see one
+    snapshot (several queries that must agree, e.g. :mod:`sqlq_orm.ops.invariants`)."""
+    install_hooks: Callable[[Engine, int], None] = _no_hooks
+    """Install per-connection settings on an engine (SQLite's PRAGMAs and BEGIN mode)."""
+    foreign_keys_enforced: Callable[[Connection], bool] = _always_enforced
+    """Whether ``ON DELETE CASCADE`` fires on this connection."""
+    foreign_key_problems: Callable[[Connection], list[str]] = _never_broken
+    """The table of each row that breaks a foreign key (databases that let one through)."""
+    suspend_foreign_keys: Callable[[Connection], AbstractContextManager[None]] = (
+        _nothing_to_suspend
+    )
+    """Turn foreign key enforcement off around a table rebuild, where it would cascade."""
+    lock_for_migration: Callable[[Connection], None] = _no_lock
+    """Serialise concurrent schema changes inside the migration transaction."""

@@ -1,0 +1,85 @@
+"""PostgreSQL: ``FOR UPDATE SKIP LOCKED`` claims in a ``MATERIALIZED`` CTE, READ COMMITTED.
+
+Foreign keys are always enforced; concurrent first-time migrations are serialised
+with a transaction-scoped advisory lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Text, bindparam, cast, type_coerce
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql import FromClause, Select
+from sqlalchemy.sql.elements import ColumnElement, Grouping
+
+from sqlq_orm.db.backends.base import Backend, MaintenanceStatement
+from sqlq_orm.db.clock import epoch_now
+
+MIGRATION_LOCK_KEY = 0x5351_4C51  # "SQLQ": one advisory lock id for schema changes
+
+
+@compiles(epoch_now, "postgresql")
+def _epoch_now(element: epoch_now, compiler: Any, **kw: Any) -> str:
+    # CURRENT_TIMESTAMP is fixed for the transaction: one transition, one time.
+    return "CAST(FLOOR(EXTRACT(EPOCH FROM CURRENT_TIMESTAMP)) AS BIGINT)"
+
+
+def _lock_rows(select: Select[Any], skip_locked: bool) -> Select[Any]:
+    return select.with_for_update(skip_locked=skip_locked)
+
+
+def _pick(select: Select[Any], name: str) -> FromClause:
+    # MATERIALIZED: evaluate the locking SELECT exactly once. Inlined as
+    # "IN (SELECT ... LIMIT n)" it may be re-run and claim more than n rows.
+    return select.cte(name).prefix_with("MATERIALIZED")
+
+
+def _token_for_row(rn: ColumnElement[int]) -> ColumnElement[str]:
+    tokens = bindparam("tokens", type_=postgresql.ARRAY(Text))
+    # (CAST(:tokens AS TEXT[]))[rn]: the parentheses are required before a subscript.
+    array = type_coerce(Grouping(cast(tokens, postgresql.ARRAY(Text))), postgresql.ARRAY(Text))
+    return array[rn]
+
+
+def _lock_for_migration(connection: Connection) -> None:
+    # Two first-time upgrades at once would both create the version table, and one
+    # would fail; the second now waits and then finds the work done.
+    connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})")
+
+
+def _maintenance(engine: Engine, task: str, tables: Sequence[Any]) -> MaintenanceStatement:
+    if task == "checkpoint":
+        return MaintenanceStatement(
+            task, None, "PostgreSQL checkpoints its write-ahead log itself; nothing to do"
+        )
+    preparer = engine.dialect.identifier_preparer
+    listed = ", ".join(preparer.format_table(table) for table in tables)
+    return MaintenanceStatement(
+        task,
+        f"VACUUM (ANALYZE) {listed}",
+        "made dead rows' space reusable and refreshed planner statistics "
+        "(the files do not shrink; VACUUM FULL would, under an exclusive lock)",
+    )
+
+
+BACKEND = Backend(
+    name="postgresql",
+    title="PostgreSQL",
+    insert=postgresql.insert,
+    read_options={},  # MVCC: reads never block writers
+    pick=_pick,
+    token_for_row=_token_for_row,
+    bind_tokens=list,
+    lock_rows=_lock_rows,
+    rows_changed=lambda connection, result: int(result.rowcount),
+    maintenance=_maintenance,
+    autocommit=("autocommit", True),
+    # READ COMMITTED takes a new snapshot per statement; checks that join several
+    # queries would see a job move between them and report a false violation.
+    snapshot_options={"isolation_level": "REPEATABLE READ"},
+    lock_for_migration=_lock_for_migration,
+)

@@ -1,0 +1,101 @@
+"""One queue's database context: engine, tables, dialect, clock, statements, transactions.
+
+Everything that runs SQL for a queue takes a :class:`QueueContext`: the queue
+operations (:mod:`sqlq_orm.queue`), the stats, timeline, retention and invariant
+readers (:mod:`sqlq_orm.ops`). Nothing below the queue layer needs to know the
+:class:`~sqlq_orm.Queue` class itself, which is what keeps imports pointing one way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+from sqlalchemy import select
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.orm import Session
+
+from sqlq_orm.db.backends import Backend, backend_for
+from sqlq_orm.db.clock import Clock, DatabaseClock
+from sqlq_orm.db.statements import Statements
+from sqlq_orm.db.tables import Models, Tables
+from sqlq_orm.errors import InvalidInput
+
+
+class QueueContext:
+    """The database side of one queue: what to run, where, and in which transaction.
+
+    ``engine`` must carry sqlq's hooks (:func:`sqlq_orm.configure_engine`); ``models``
+    names the mapped classes (the library's by default, or a host app's); ``clock``
+    says "now" in SQL (the database's own clock unless a test pins one).
+    """
+
+    def __init__(
+        self, engine: Engine, *, models: Models | None = None, clock: Clock | None = None
+    ) -> None:
+        self.engine = engine
+        self.models = models or Models.default()
+        self.clock = clock or DatabaseClock()
+        self.dialect: Backend = backend_for(engine)
+        self.tables: Tables = self.models.tables()
+        self.sql = Statements(self.tables, self.dialect, self.clock.sql_now())
+        self._read_engine = engine.execution_options(**self.dialect.read_options)
+        self._snapshot_engine = engine.execution_options(**self.dialect.snapshot_options)
+
+    @contextmanager
+    def write(self, session: Session | None = None) -> Iterator[Connection]:
+        """A write transaction: the caller's session's, or a short one of our own."""
+        if session is not None:
+            yield session.connection()
+            return
+        with self.engine.begin() as connection:
+            yield connection
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        """A read-only transaction that never takes SQLite's write lock."""
+        with self._read_engine.connect() as connection, connection.begin():
+            yield connection
+
+    @contextmanager
+    def snapshot(self) -> Iterator[Connection]:
+        """A read-only transaction whose queries all see one snapshot.
+
+        Like :meth:`read` (SQLite: ``BEGIN DEFERRED``, never the write lock), but on
+        PostgreSQL at REPEATABLE READ, so the numbers of one report agree with each
+        other (a job moving between two queries is not counted twice). A read-only
+        REPEATABLE READ transaction never fails to commit.
+        """
+        with self._snapshot_engine.connect() as connection, connection.begin():
+            yield connection
+
+    def session(self) -> Session:
+        """An ORM session for reads (``Job``, its ``attempts`` and ``events``)."""
+        return Session(self._read_engine, expire_on_commit=False)
+
+    def now(self, connection: Connection) -> int:
+        """Read "now" (epoch seconds) from the queue's clock, in SQL."""
+        return int(connection.execute(select(self.clock.sql_now())).scalar_one())
+
+    def read_now(self) -> int:
+        """Read "now" in a read transaction of its own."""
+        with self.read() as connection:
+            return self.now(connection)
+
+
+class HasContext(Protocol):
+    """Anything that carries a :class:`QueueContext` (a :class:`~sqlq_orm.Queue` does)."""
+
+    @property
+    def context(self) -> QueueContext: ...
+
+
+def context_of(target: QueueContext | HasContext | Any) -> QueueContext:
+    """The context of a Queue (or a context itself); a clear error for anything else."""
+    if isinstance(target, QueueContext):
+        return target
+    context = getattr(target, "context", None)
+    if isinstance(context, QueueContext):
+        return context
+    raise InvalidInput(f"expected a sqlq_orm.Queue or a QueueContext, got {target!r}")

@@ -1,0 +1,72 @@
+"""Engines with sqlq_orm's hooks: :func:`create_engine` and :func:`configure_engine`.
+
+What a hook does depends on the database (see :mod:`sqlq_orm.db.backends`): on SQLite,
+PRAGMAs on every connection and ``BEGIN IMMEDIATE`` for writes. On every database, a
+forked child drops the pooled connections it inherited.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from typing import Any
+
+import sqlalchemy
+from sqlalchemy.engine import Engine
+
+from sqlq_orm.db.backends import find_backend
+
+DEFAULT_BUSY_TIMEOUT_MS = 30_000
+"""How long a SQLite connection waits for the write lock before giving up."""
+
+_HOOKED_ATTR = "_sqlq_hooks_installed"
+
+
+def _install_fork_guard(engine: Engine) -> None:
+    # A pooled connection inherited across fork() is shared with the parent and
+    # corrupts both; the child drops its copies without closing the parent's.
+    ref = weakref.ref(engine)
+
+    def _after_fork_in_child() -> None:
+        inherited = ref()
+        if inherited is not None:
+            inherited.dispose(close=False)
+
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def configure_engine(engine: Engine, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> Engine:
+    """Install sqlq_orm's hooks on an existing engine (a host app's) and return it.
+
+    On SQLite every new pooled connection gets ``foreign_keys=ON``,
+    ``journal_mode=WAL`` (file databases), ``busy_timeout`` and
+    ``synchronous=NORMAL``, and transactions begin with ``BEGIN IMMEDIATE`` unless
+    the connection asks for a read. Connections already in the pool are not touched,
+    so call this before the engine is first used. Calling it twice is harmless.
+    """
+    if getattr(engine, _HOOKED_ATTR, False):
+        return engine
+    backend = find_backend(engine)
+    if backend is not None:
+        backend.install_hooks(engine, busy_timeout_ms)
+    _install_fork_guard(engine)
+    setattr(engine, _HOOKED_ATTR, True)
+    return engine
+
+
+def create_engine(
+    url: str | sqlalchemy.URL,
+    *,
+    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+    **kwargs: Any,
+) -> Engine:
+    """Create a SQLAlchemy engine with sqlq_orm's hooks installed.
+
+    Keyword arguments go to :func:`sqlalchemy.create_engine`. A PostgreSQL URL with
+    no driver uses psycopg 3.
+    """
+    parsed = sqlalchemy.make_url(url)
+    if parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    engine = sqlalchemy.create_engine(parsed, **kwargs)
+    return configure_engine(engine, busy_timeout_ms=busy_timeout_ms)

@@ -1,0 +1,40 @@
+"""Every statement the queue runs, prebuilt once per queue and reused.
+
+Hot paths (claim, start, heartbeat, finish) run these prebuilt Core statements with
+bound parameters; nothing here goes through an ORM flush. Every write made on behalf
+of a lease is guarded by ``id``, ``lease_token`` and the expected status, and callers
+check the row count (or the ``RETURNING`` rows) to learn whether it took.
+
+Bound parameter names start with ``p_`` so they never collide with column names. The
+statements come in groups, one module each; :class:`Statements` builds them all.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.sql.elements import ColumnElement
+
+from sqlq_orm.db.backends import Backend
+from sqlq_orm.db.statements.admin import AdminStatements
+from sqlq_orm.db.statements.base import ACTIVE_VALUES, HELD_VALUES
+from sqlq_orm.db.statements.claim import ClaimStatements, row_number
+from sqlq_orm.db.statements.enqueue import EnqueueStatements
+from sqlq_orm.db.statements.leases import LeasesStatements
+from sqlq_orm.db.statements.sweep import SweepStatements
+from sqlq_orm.db.tables import Tables
+
+
+class Statements(
+    EnqueueStatements, ClaimStatements, LeasesStatements, SweepStatements, AdminStatements
+):
+    """Every statement the queue runs, prebuilt for one set of tables and one clock."""
+
+    def __init__(self, tables: Tables, dialect: Backend, now: ColumnElement[int]) -> None:
+        super().__init__(tables, dialect, now)
+        self._build_enqueue()
+        self._build_claim_group()
+        self._build_leases()
+        self._build_sweep()
+        self._build_admin()
+
+
+__all__ = ["ACTIVE_VALUES", "HELD_VALUES", "Statements", "Tables", "row_number"]

@@ -1,0 +1,75 @@
+"""Administration by id (cancel, manual retry), the worker registry, small reads."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    bindparam,
+    delete,
+    func,
+    select,
+    update,
+)
+
+from sqlq_orm.db.statements.base import StatementGroup, lease_cleared
+from sqlq_orm.schema.states import JobStatus
+
+
+class AdminStatements(StatementGroup):
+    """Administration by id (cancel, manual retry), the worker registry, small reads."""
+
+    def _build_admin(self) -> None:
+        jobs = self.tables.jobs
+        j = self.tables.jobs.c
+        now = self.now
+        dialect = self.dialect
+        tables = self.tables
+        seen = j.status == bindparam("p_status")
+        # -- cancel / retry (by id, for people and apps) -----------------------------
+        self.lock_job = (
+            select(j.status, j.attempt_count, j.claimed_by)
+            .where(j.id == bindparam("p_id"))
+            .with_for_update()
+        )
+        self.cancel = (
+            update(jobs)
+            .where(j.id == bindparam("p_id"), seen)
+            .values(status=JobStatus.CANCELLED.value, finished_at=now, **lease_cleared())
+        )
+        self.manual_retry = (
+            update(jobs)
+            .where(j.id == bindparam("p_id"), seen)
+            .values(
+                status=JobStatus.QUEUED.value,
+                run_at=now,
+                retry_count=0,
+                finished_at=None,
+                **lease_cleared(),
+            )
+        )
+
+        # -- worker registry -------------------------------------------------------
+        workers = tables.workers
+        w = workers.c
+        register = dialect.insert(workers).values(
+            id=bindparam("p_worker"),
+            hostname=bindparam("p_hostname"),
+            pid=bindparam("p_pid"),
+            queues=bindparam("p_queues"),
+            concurrency=bindparam("p_concurrency"),
+            started_at=now,
+            last_seen_at=now,
+        )
+        self.upsert_worker = register.on_conflict_do_update(
+            index_elements=[w.id],
+            set_={
+                "hostname": register.excluded.hostname,
+                "pid": register.excluded.pid,
+                "queues": register.excluded.queues,
+                "concurrency": register.excluded.concurrency,
+                "last_seen_at": now,
+            },
+        )
+        self.delete_worker = delete(workers).where(w.id == bindparam("p_worker"))
+
+        # -- small reads -----------------------------------------------------------
+        self.count_by_status = select(j.status, func.count()).group_by(j.status)

@@ -1,0 +1,46 @@
+"""What every group of statements shares: tables, backend, clock, and the lease guard."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    and_,
+    bindparam,
+    case,
+    null,
+)
+from sqlalchemy.sql.elements import ColumnElement
+
+from sqlq_orm.db.backends import Backend
+from sqlq_orm.db.tables import Tables
+from sqlq_orm.schema.states import ACTIVE, HELD
+
+HELD_VALUES = sorted(s.value for s in HELD)
+ACTIVE_VALUES = sorted(s.value for s in ACTIVE)
+
+
+def lease_cleared() -> dict[str, Any]:
+    """Column values that clear a job's lease (it no longer has a holder)."""
+    return {"lease_token": None, "lease_expires_at": None, "deadline_at": None}
+
+
+class StatementGroup:
+    """Tables, backend and clock of one queue; the groups build their statements on it."""
+
+    def __init__(self, tables: Tables, dialect: Backend, now: ColumnElement[int]) -> None:
+        self.tables = tables
+        self.dialect = dialect
+        self.now = now
+
+    def lease_guard(self) -> ColumnElement[bool]:
+        """``id = :p_id AND lease_token = :p_token``: the fence of every lease call."""
+        j = self.tables.jobs.c
+        return and_(j.id == bindparam("p_id"), j.lease_token == bindparam("p_token"))
+
+    def deadline_from_now(self) -> ColumnElement[Any]:
+        """When a run started now must end: now + max runtime, or NULL without one."""
+        j = self.tables.jobs.c
+        return case(
+            (j.max_runtime_seconds.is_(None), null()), else_=self.now + j.max_runtime_seconds
+        )

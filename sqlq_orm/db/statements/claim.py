@@ -1,0 +1,136 @@
+"""The claim: one statement that leases up to ``p_limit`` ready jobs, each its own token.
+
+On PostgreSQL the candidates are locked with ``FOR UPDATE SKIP LOCKED`` inside a
+``MATERIALIZED`` CTE; on SQLite the claim's ``BEGIN IMMEDIATE`` already serialises
+writers. Each claimed row gets the token at its position in the ``tokens`` parameter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import (
+    Integer,
+    bindparam,
+    case,
+    func,
+    null,
+    select,
+    union_all,
+    update,
+)
+from sqlalchemy.sql.elements import ColumnElement
+
+from sqlq_orm.db.statements.base import StatementGroup
+from sqlq_orm.schema.states import JobStatus
+
+
+def row_number() -> ColumnElement[int]:
+    """``row_number() OVER ()``, typed as an integer (same on every dialect)."""
+    return func.row_number(type_=Integer).over()
+
+
+class ClaimStatements(StatementGroup):
+    """The claim, for one queue or several merged (built on first use per count)."""
+
+    def _build_claim_group(self) -> None:
+        # -- claim -----------------------------------------------------------------
+        self.claim = self._build_claim(start=False)
+        self.claim_and_start = self._build_claim(start=True)
+        # Claims that merge one pick per queue, built on first use per queue count.
+        self._merged_claims: dict[tuple[int, bool], Any] = {}
+
+    def claim_for(self, queues: Sequence[str], *, start: bool) -> tuple[Any, dict[str, Any]]:
+        """The claim statement for these (distinct) queues and the parameters naming them."""
+        if len(queues) > 1:
+            key = (len(queues), start)
+            statement = self._merged_claims.get(key)
+            if statement is None:
+                # A race here only builds the same statement twice.
+                statement = self._build_claim(start=start, merged_queues=len(queues))
+                self._merged_claims[key] = statement
+            return statement, {f"p_queue_{i}": name for i, name in enumerate(queues)}
+        return (self.claim_and_start if start else self.claim), {"p_queues": list(queues)}
+
+    def _ready_jobs(self, queue_filter: ColumnElement[bool], *columns: Any) -> Any:
+        """Ready jobs in claim order, at most ``p_limit`` of them."""
+        j = self.tables.jobs.c
+        # Matches ix_*_claim (queue, status, priority DESC, run_at, id): no sort.
+        return (
+            select(j.id, *columns)
+            .where(queue_filter, j.status == JobStatus.QUEUED.value, j.run_at <= self.now)
+            .order_by(j.priority.desc(), j.run_at, j.id)
+            .limit(bindparam("p_limit", type_=Integer))
+        )
+
+    def _build_claim(self, *, start: bool, merged_queues: int = 0) -> Any:
+        jobs = self.tables.jobs
+        j = jobs.c
+        now = self.now
+        lock = self.dialect.lock_rows
+        if merged_queues:
+            # "queue IN (a, b) ORDER BY priority DESC, run_at, id" cannot follow the claim
+            # index past its first column: PostgreSQL sorts every ready job of those
+            # queues, then locks. Instead take the first p_limit of each queue in index
+            # order (each locked as read), and the first p_limit of those: the same rows,
+            # sorting at most queues * p_limit. On PostgreSQL the rows read but not
+            # picked stay locked (skipped by other claimers) until this claim commits.
+            branches = [
+                lock(
+                    self._ready_jobs(j.queue == bindparam(f"p_queue_{i}"), j.priority, j.run_at),
+                    True,
+                ).subquery(f"ready_{i}")
+                for i in range(merged_queues)
+            ]
+            ready = union_all(*(select(b.c.id, b.c.priority, b.c.run_at) for b in branches))
+            merged = ready.subquery("ready")
+            candidates = (
+                select(merged.c.id)
+                .order_by(merged.c.priority.desc(), merged.c.run_at, merged.c.id)
+                .limit(bindparam("p_limit", type_=Integer))
+            )
+        else:
+            candidates = lock(
+                self._ready_jobs(j.queue.in_(bindparam("p_queues", expanding=True))), True
+            )
+        picked = self.dialect.pick(candidates, "picked")
+        # Number the picked rows so each gets its own token from the bound list.
+        numbered = select(picked.c.id, row_number().label("rn")).subquery("numbered")
+        values: dict[str, Any] = {
+            "status": JobStatus.CLAIMED.value,
+            "lease_token": self.dialect.token_for_row(numbered.c.rn),
+            "claimed_by": bindparam("p_worker"),
+            "claimed_at": now,
+            "heartbeat_at": now,
+            "lease_expires_at": now + bindparam("p_lease_seconds"),
+        }
+        if start:
+            values.update(
+                status=JobStatus.RUNNING.value,
+                started_at=now,
+                attempt_count=j.attempt_count + 1,
+                deadline_at=case(
+                    (j.max_runtime_seconds.is_(None), null()),
+                    else_=now + j.max_runtime_seconds,
+                ),
+            )
+        return (
+            update(jobs)
+            .where(j.id == numbered.c.id)
+            .values(**values)
+            .returning(
+                j.id,
+                j.lease_token,
+                j.type,
+                j.queue,
+                j.payload,
+                j.payload_ref,
+                j.attempt_count,
+                j.retry_count,
+                j.max_retries,
+                j.max_runtime_seconds,
+                j.lease_expires_at,
+                j.deadline_at,
+            )
+        )

@@ -1,0 +1,64 @@
+"""Adding jobs and writing events."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    and_,
+    bindparam,
+    func,
+    insert,
+    select,
+)
+
+from sqlq_orm.db.statements.base import ACTIVE_VALUES, StatementGroup
+from sqlq_orm.schema.states import JobStatus
+
+
+class EnqueueStatements(StatementGroup):
+    """Adding jobs and writing events."""
+
+    def _build_enqueue(self) -> None:
+        jobs = self.tables.jobs
+        events = self.tables.events
+        j = self.tables.jobs.c
+        now = self.now
+        dialect = self.dialect
+        # -- enqueue ---------------------------------------------------------------
+        self.job_columns = frozenset(jobs.c.keys())
+        self.dedupe_where = and_(j.dedupe_key.is_not(None), j.status.in_(ACTIVE_VALUES))
+        self.find_active_by_dedupe_key = select(j.id).where(
+            j.dedupe_key == bindparam("p_dedupe_key"), j.status.in_(ACTIVE_VALUES)
+        )
+        self.default_max_retries = j.max_retries.default.arg  # type: ignore[union-attr]
+        job_values = {
+            "queue": bindparam("p_queue"),
+            "type": bindparam("p_type"),
+            "status": JobStatus.QUEUED.value,
+            "priority": bindparam("p_priority"),
+            "payload": bindparam("p_payload"),
+            "payload_ref": bindparam("p_payload_ref"),
+            "dedupe_key": bindparam("p_dedupe_key"),
+            "created_at": now,
+            "run_at": func.coalesce(
+                bindparam("p_run_at", type_=BigInteger), now + bindparam("p_delay")
+            ),
+            "attempt_count": 0,
+            "retry_count": 0,
+            "max_retries": bindparam("p_max_retries"),
+            "max_runtime_seconds": bindparam("p_max_runtime_seconds"),
+        }
+        self.insert_job = insert(jobs).values(job_values).returning(j.id)
+        self.insert_job_unless_duplicate = (
+            dialect.insert(jobs)
+            .values(job_values)
+            .on_conflict_do_nothing(index_elements=[j.dedupe_key], index_where=self.dedupe_where)
+            .returning(j.id)
+        )
+        self.insert_event = insert(events).values(
+            job_id=bindparam("p_job_id"),
+            ts=now,
+            event=bindparam("p_event"),
+            actor=bindparam("p_actor"),
+            detail=bindparam("p_detail"),
+        )

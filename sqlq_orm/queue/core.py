@@ -1,0 +1,138 @@
+"""The queue's settings and plumbing, shared by every group of operations.
+
+:class:`QueueCore` holds the :class:`~sqlq_orm.db.context.QueueContext` and the
+settings (lease length, retry policy, payload cap); the operation groups in this
+package (enqueue, claim, lease calls, sweep, administration, worker registry) extend
+it, and :class:`~sqlq_orm.Queue` puts them together."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from sqlq_orm.core import validation
+from sqlq_orm.core.backoff import RetryPolicy
+from sqlq_orm.core.lease import Lease
+from sqlq_orm.db.clock import Clock
+from sqlq_orm.db.context import QueueContext
+from sqlq_orm.db.tables import Models
+from sqlq_orm.errors import (
+    InvalidInput,
+)
+from sqlq_orm.schema.states import Event
+
+log = logging.getLogger("sqlq_orm")
+
+DEFAULT_LEASE_SECONDS = 30
+DEFAULT_HEARTBEAT_EVENT_INTERVAL = 300.0
+"""A running job logs a HEARTBEAT event at most this often (seconds, monotonic)."""
+
+SYSTEM_ACTOR = "system"
+
+_SERVICE_COLUMNS = frozenset(
+    {
+        "id", "queue", "type", "status", "priority", "payload", "payload_ref",
+        "result_ref", "dedupe_key", "created_at", "run_at", "claimed_at", "started_at",
+        "heartbeat_at", "lease_expires_at", "deadline_at", "finished_at", "claimed_by",
+        "lease_token", "attempt_count", "retry_count", "max_retries",
+        "max_runtime_seconds", "error_code", "error_detail",
+    }
+)  # fmt: skip
+
+
+@dataclass
+class DeferredWrites:
+    """Attempt closes and events collected to be written together, in order."""
+
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+
+def detail_json(detail: Mapping[str, Any] | None) -> str | None:
+    if not detail:
+        return None
+    return json.dumps(detail, separators=(",", ":"), default=str)
+
+
+class QueueCore:
+    """A job queue stored in the tables of ``models`` on ``bind``'s database.
+
+    ``bind`` is an :class:`~sqlalchemy.engine.Engine` (configure it with
+    :func:`sqlq_orm.configure_engine`, or create it with :func:`sqlq_orm.create_engine`)
+    or a :class:`~sqlalchemy.orm.sessionmaker` bound to one. ``clock`` defaults to the
+    database's clock; tests pass a :class:`~sqlq_orm.db.clock.PinnedClock`.
+    """
+
+    def __init__(
+        self,
+        bind: Engine | sessionmaker[Any],
+        *,
+        models: Models | None = None,
+        clock: Clock | None = None,
+        retry_policy: RetryPolicy | None = None,
+        default_lease_seconds: int = DEFAULT_LEASE_SECONDS,
+        payload_max_bytes: int = validation.DEFAULT_PAYLOAD_MAX_BYTES,
+        heartbeat_event_interval: float = DEFAULT_HEARTBEAT_EVENT_INTERVAL,
+    ) -> None:
+        if isinstance(bind, sessionmaker):
+            engine = bind.kw.get("bind")
+            if not isinstance(engine, Engine):
+                raise InvalidInput("the sessionmaker passed to Queue must be bound to an Engine")
+            bind = engine
+        if not isinstance(bind, Engine):
+            raise InvalidInput(f"Queue needs an Engine or a sessionmaker, got {bind!r}")
+        self.context = QueueContext(bind, models=models, clock=clock)
+        self.engine = bind
+        self.models = self.context.models
+        self.clock = self.context.clock
+        self.retry_policy = retry_policy or RetryPolicy()
+        self.default_lease_seconds = validation.lease_seconds(default_lease_seconds)
+        self.payload_max_bytes = validation.require_int(
+            "payload_max_bytes", payload_max_bytes, minimum=1
+        )
+        self.heartbeat_event_interval = heartbeat_event_interval
+        self.dialect = self.context.dialect
+        self.tables = self.context.tables
+        self.sql = self.context.sql
+        self._app_columns = self.sql.job_columns - _SERVICE_COLUMNS
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _write(self, session: Session | None = None) -> AbstractContextManager[Connection]:
+        """A write transaction: the caller's session's, or a short one of our own."""
+        return self.context.write(session)
+
+    def read(self) -> AbstractContextManager[Connection]:
+        """A read-only transaction that never takes SQLite's write lock."""
+        return self.context.read()
+
+    def session(self) -> Session:
+        """An ORM session for reads (``Job``, its ``attempts`` and ``events``)."""
+        return self.context.session()
+
+    def _write_events(self, connection: Connection, rows: list[dict[str, Any]]) -> None:
+        if rows:
+            connection.execute(self.sql.insert_event, rows)
+
+    @staticmethod
+    def _event(
+        job_id: int, event: Event, actor: str, detail: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        return {
+            "p_job_id": job_id,
+            "p_event": event.value,
+            "p_actor": actor,
+            "p_detail": detail_json(detail),
+        }
+
+    def _lease_params(self, lease: Lease) -> dict[str, Any]:
+        if not isinstance(lease, Lease):
+            raise InvalidInput(f"expected a Lease returned by claim(), got {lease!r}")
+        return {"p_id": lease.job_id, "p_token": lease.token}

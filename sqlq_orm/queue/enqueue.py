@@ -1,0 +1,204 @@
+"""Adding jobs: :meth:`~Enqueueing.enqueue` (one, optionally deduplicated, optionally in
+the caller's transaction) and :meth:`~Enqueueing.enqueue_many`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from sqlalchemy.engine import Connection
+from sqlalchemy.orm import Session
+
+from sqlq_orm.core import validation
+from sqlq_orm.errors import (
+    InvalidInput,
+    SqlqError,
+)
+from sqlq_orm.queue.core import SYSTEM_ACTOR, QueueCore
+from sqlq_orm.queue.types import EnqueuedJob, JobSpec
+from sqlq_orm.schema.mixins import DEDUPE_KEY_MAX, QUEUE_MAX, REF_MAX, TYPE_MAX
+from sqlq_orm.schema.states import Event
+
+_DEDUPE_ROUNDS = 5
+"""Lookups and re-inserts an enqueue with a dedupe_key tries before giving up."""
+
+
+class Enqueueing(QueueCore):
+    """Adding jobs, each with its ENQUEUED event in the same transaction."""
+
+    def _job_params(
+        self,
+        type: str,
+        payload: Any,
+        *,
+        queue: str,
+        priority: int,
+        run_at: Any,
+        delay: Any,
+        max_retries: int | None,
+        max_runtime_seconds: int | None,
+        dedupe_key: str | None,
+        payload_ref: str | None,
+    ) -> dict[str, Any]:
+        """Validate one job's arguments; return the parameters of the insert statement."""
+        validation.require_name("type", type, TYPE_MAX)
+        validation.require_name("queue", queue, QUEUE_MAX)
+        validation.require_int(
+            "priority", priority, minimum=validation.INT32_MIN, maximum=validation.INT32_MAX
+        )
+        absolute_run_at, delay_seconds = validation.schedule(run_at, delay)
+        validation.optional_int("max_retries", max_retries, minimum=0, maximum=validation.INT32_MAX)
+        validation.optional_int(
+            "max_runtime_seconds", max_runtime_seconds, minimum=1, maximum=validation.INT32_MAX
+        )
+        validation.optional_name("dedupe_key", dedupe_key, DEDUPE_KEY_MAX)
+        validation.optional_name("payload_ref", payload_ref, REF_MAX)
+        return {
+            "p_queue": queue,
+            "p_type": type,
+            "p_priority": priority,
+            "p_payload": validation.encode_payload(payload, self.payload_max_bytes),
+            "p_payload_ref": payload_ref,
+            "p_dedupe_key": dedupe_key,
+            "p_run_at": absolute_run_at,
+            "p_delay": delay_seconds,
+            "p_max_retries": self.sql.default_max_retries if max_retries is None else max_retries,
+            "p_max_runtime_seconds": max_runtime_seconds,
+        }
+
+    def enqueue(
+        self,
+        type: str,
+        payload: Any = None,
+        *,
+        queue: str = "default",
+        priority: int = 0,
+        run_at: Any = None,
+        delay: float | None = None,
+        max_retries: int | None = None,
+        max_runtime_seconds: int | None = None,
+        dedupe_key: str | None = None,
+        payload_ref: str | None = None,
+        session: Session | None = None,
+        **app_columns: Any,
+    ) -> EnqueuedJob:
+        """Add a job and its ENQUEUED event, atomically.
+
+        ``payload`` is small JSON (capped at ``payload_max_bytes``); ``run_at`` (epoch
+        seconds or an aware datetime) or ``delay`` (seconds) holds it back; higher
+        ``priority`` runs first. With ``dedupe_key``, while an unfinished job has the
+        same key, that job is returned (``created=False``) instead of adding another.
+        With ``session``, the job is written in the caller's transaction and commits or
+        rolls back with it. Extra keyword arguments fill columns a host app added to
+        its job model. Bad input raises :class:`~sqlq_orm.errors.InvalidInput` and
+        writes nothing.
+        """
+        params = self._job_params(
+            type,
+            payload,
+            queue=queue,
+            priority=priority,
+            run_at=run_at,
+            delay=delay,
+            max_retries=max_retries,
+            max_runtime_seconds=max_runtime_seconds,
+            dedupe_key=dedupe_key,
+            payload_ref=payload_ref,
+        )
+        validation.app_columns(app_columns, self._app_columns)
+        statement = self.sql.insert_job
+        if dedupe_key is not None:
+            statement = self.sql.insert_job_unless_duplicate
+        if app_columns:
+            statement = statement.values(app_columns)
+        with self._write(session) as connection:
+            job_id = connection.execute(statement, params).scalar_one_or_none()
+            if job_id is None:
+                existing, job_id = self._active_duplicate_or_insert(connection, statement, params)
+                if existing is not None:
+                    return EnqueuedJob(id=existing, created=False)
+            detail = {"queue": queue, "type": type}
+            if dedupe_key is not None:
+                detail["dedupe_key"] = dedupe_key
+            self._write_events(
+                connection, [self._event(job_id, Event.ENQUEUED, SYSTEM_ACTOR, detail)]
+            )
+        return EnqueuedJob(id=job_id, created=True)
+
+    def _active_duplicate_or_insert(
+        self, connection: Connection, statement: Any, params: dict[str, Any]
+    ) -> tuple[int | None, int]:
+        """After an insert that conflicted: ``(existing id, 0)`` or ``(None, new id)``.
+
+        ``ON CONFLICT DO NOTHING`` on the partial unique index makes the insert race
+        free: of two concurrent enqueues one inserts, the other waits for it and then
+        conflicts. Under READ COMMITTED (and SQLite's single writer) the winner is
+        visible to the lookup that follows. If that job finished in between (it left
+        the partial index), the key is free again, so insert once more.
+        """
+        for _ in range(_DEDUPE_ROUNDS):
+            existing = connection.execute(
+                self.sql.find_active_by_dedupe_key, {"p_dedupe_key": params["p_dedupe_key"]}
+            ).scalar_one_or_none()
+            if existing is not None:
+                return int(existing), 0
+            job_id = connection.execute(statement, params).scalar_one_or_none()
+            if job_id is not None:
+                return None, int(job_id)
+        raise SqlqError(
+            f"enqueue with dedupe_key {params['p_dedupe_key']!r} kept colliding with jobs "
+            f"that finished at once ({_DEDUPE_ROUNDS} rounds); nothing was written, try again"
+        )
+
+    def enqueue_many(
+        self, jobs: Iterable[JobSpec | Mapping[str, Any]], *, session: Session | None = None
+    ) -> list[int]:
+        """Add many jobs (and their ENQUEUED events) in two statements; return ids.
+
+        All jobs are validated before anything is written; one bad job writes none.
+        ``dedupe_key`` and app columns are not supported here: use :meth:`enqueue`.
+        """
+        params = []
+        for index, job in enumerate(jobs):
+            try:
+                spec = job if isinstance(job, JobSpec) else JobSpec(**job)
+                params.append(
+                    self._job_params(
+                        spec.type,
+                        spec.payload,
+                        queue=spec.queue,
+                        priority=spec.priority,
+                        run_at=spec.run_at,
+                        delay=spec.delay,
+                        max_retries=spec.max_retries,
+                        max_runtime_seconds=spec.max_runtime_seconds,
+                        dedupe_key=None,
+                        payload_ref=spec.payload_ref,
+                    )
+                )
+            except (InvalidInput, TypeError) as exc:
+                raise InvalidInput(f"job #{index} of enqueue_many: {exc}") from None
+        if not params:
+            return []
+        with self._write(session) as connection:
+            # executemany with RETURNING: SQLAlchemy batches the rows into multi-row
+            # INSERTs. Asking it for the ids in parameter order would make it insert
+            # row by row on SQLite (no "sentinel" support there); but both databases
+            # number the rows of one INSERT in VALUES order, and the batches run in
+            # order, so the sorted ids are the ids in parameter order.
+            ids = sorted(row[0] for row in connection.execute(self.sql.insert_job, params))
+            if len(ids) != len(params):
+                raise SqlqError(f"inserted {len(ids)} of {len(params)} jobs; rolled back")
+            self._write_events(
+                connection,
+                [
+                    self._event(
+                        job_id,
+                        Event.ENQUEUED,
+                        SYSTEM_ACTOR,
+                        {"queue": p["p_queue"], "type": p["p_type"]},
+                    )
+                    for job_id, p in zip(ids, params, strict=True)
+                ],
+            )
+        return ids

@@ -1,0 +1,237 @@
+"""Calls made under a lease: start, heartbeat, succeed (one or many), fail, release.
+
+Each is fenced by the lease token: a stale token changes nothing and raises
+:class:`~sqlq_orm.errors.LeaseLost`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from sqlq_orm.core import error_codes, validation
+from sqlq_orm.core.lease import Lease
+from sqlq_orm.errors import (
+    InvalidInput,
+    InvalidTransition,
+    LeaseLost,
+    MaxRuntimeExceeded,
+)
+from sqlq_orm.queue.failures import FailureRecording
+from sqlq_orm.schema.mixins import REF_MAX
+from sqlq_orm.schema.states import HELD, AttemptStatus, Event, JobStatus
+
+
+class LeaseCalls(FailureRecording):
+    """Everything a worker does with a job it holds."""
+
+    def start(self, lease: Lease) -> Lease:
+        """Move a CLAIMED job to RUNNING, open its attempt row, write STARTED."""
+        params = self._lease_params(lease)
+        with self._write() as connection:
+            row = connection.execute(self.sql.start, params).one_or_none()
+            if row is None:
+                raise LeaseLost(lease.job_id)
+            lease.attempt = row.attempt_count
+            lease.deadline_at = row.deadline_at
+            connection.execute(
+                self.sql.open_attempt,
+                {"p_job_id": lease.job_id, "p_attempt": lease.attempt, "p_worker": lease.worker_id},
+            )
+            self._write_events(
+                connection,
+                [
+                    self._event(
+                        lease.job_id, Event.STARTED, lease.worker_id, {"attempt": lease.attempt}
+                    )
+                ],
+            )
+        lease.started = True
+        return lease
+
+    def heartbeat(self, lease: Lease, lease_seconds: int | None = None) -> int:
+        """Renew the lease; return the new ``lease_expires_at``.
+
+        Raises :class:`~sqlq_orm.errors.MaxRuntimeExceeded` once the job is past its
+        max runtime (the lease is then not renewed, so the sweeper can end it), and
+        :class:`~sqlq_orm.errors.LeaseLost` if the lease is no longer this worker's.
+        Writes no event, except a HEARTBEAT at most every ``heartbeat_event_interval``.
+        """
+        params = self._lease_params(lease)
+        params["p_lease_seconds"] = validation.lease_seconds(
+            self.default_lease_seconds if lease_seconds is None else lease_seconds
+        )
+        with self._write() as connection:
+            expires_at = connection.execute(self.sql.heartbeat, params).scalar_one_or_none()
+            if expires_at is None:
+                state = connection.execute(self.sql.lease_state, params).one_or_none()
+                if state is not None and state[1] and state[0] in HELD and state[2]:
+                    raise MaxRuntimeExceeded(lease.job_id, lease.max_runtime_seconds)
+                raise LeaseLost(lease.job_id)
+            due = time.monotonic() - lease.last_heartbeat_event >= self.heartbeat_event_interval
+            if due:
+                self._write_events(
+                    connection,
+                    [
+                        self._event(
+                            lease.job_id,
+                            Event.HEARTBEAT,
+                            lease.worker_id,
+                            {"lease_expires_at": expires_at},
+                        )
+                    ],
+                )
+        if due:
+            lease.last_heartbeat_event = time.monotonic()
+        lease.lease_expires_at = expires_at
+        return int(expires_at)
+
+    def succeed(self, lease: Lease, result_ref: str | None = None) -> None:
+        """Finish a RUNNING job as SUCCEEDED, close its attempt, write SUCCEEDED.
+
+        Raises :class:`~sqlq_orm.errors.LeaseLost` (writing nothing) if the lease is no
+        longer held, and :class:`~sqlq_orm.errors.InvalidTransition` if the lease was
+        never started (only a running job can succeed).
+        """
+        params = self._lease_params(lease)
+        if not lease.started:
+            raise InvalidTransition(
+                lease.job_id, JobStatus.CLAIMED.value, "succeed (start it first)"
+            )
+        params["p_result_ref"] = validation.optional_name("result_ref", result_ref, REF_MAX)
+        with self._write() as connection:
+            if connection.execute(self.sql.succeed, params).rowcount != 1:
+                raise LeaseLost(lease.job_id)
+            self._close_attempt(connection, lease, AttemptStatus.SUCCEEDED, None, None)
+            self._write_events(
+                connection,
+                [
+                    self._event(
+                        lease.job_id, Event.SUCCEEDED, lease.worker_id, {"attempt": lease.attempt}
+                    )
+                ],
+            )
+
+    def succeed_many(self, leases: Sequence[Lease]) -> list[Lease]:
+        """Finish a batch of RUNNING jobs as SUCCEEDED in one transaction.
+
+        Each job is guarded exactly as in :meth:`succeed` (its id, its lease token,
+        status RUNNING); the whole batch is one ``UPDATE ... RETURNING``, one
+        ``executemany`` closing the attempts and one writing the SUCCEEDED events.
+        Returns the leases that were no longer held (each would have raised
+        :class:`~sqlq_orm.errors.LeaseLost` in :meth:`succeed`); nothing is written
+        for them, and the rest still succeed. Leases that were never started raise
+        :class:`~sqlq_orm.errors.InvalidTransition` and nothing is written.
+        """
+        by_id: dict[int, Lease] = {}
+        for lease in leases:
+            self._lease_params(lease)
+            if not lease.started:
+                raise InvalidTransition(
+                    lease.job_id, JobStatus.CLAIMED.value, "succeed (start it first)"
+                )
+            if lease.job_id in by_id:
+                raise InvalidInput(f"succeed_many got job {lease.job_id} twice")
+            by_id[lease.job_id] = lease
+        if not by_id:
+            return []
+        pairs = [(lease.job_id, lease.token) for lease in by_id.values()]
+        with self._write() as connection:
+            done = {
+                row[0]
+                for row in connection.execute(
+                    self.sql.succeed_batch, {"p_ids": list(by_id), "p_pairs": pairs}
+                )
+            }
+            finished = [lease for lease in by_id.values() if lease.job_id in done]
+            if finished:
+                connection.execute(
+                    self.sql.close_attempt_upsert,
+                    [
+                        {
+                            "p_job_id": lease.job_id,
+                            "p_attempt": lease.attempt,
+                            "p_worker": lease.worker_id,
+                            "p_attempt_status": AttemptStatus.SUCCEEDED.value,
+                            "p_code": None,
+                            "p_detail": None,
+                        }
+                        for lease in finished
+                    ],
+                )
+                self._write_events(
+                    connection,
+                    [
+                        self._event(
+                            lease.job_id,
+                            Event.SUCCEEDED,
+                            lease.worker_id,
+                            {"attempt": lease.attempt},
+                        )
+                        for lease in finished
+                    ],
+                )
+        return [lease for lease in by_id.values() if lease.job_id not in done]
+
+    def fail(
+        self,
+        lease: Lease,
+        error_code: str,
+        error_detail: str | None = None,
+        *,
+        retryable: bool = True,
+    ) -> JobStatus:
+        """Record a failed run; return where the job went (QUEUED or FAILED).
+
+        With retries left and ``retryable``, the job goes back to QUEUED with
+        ``retry_count + 1`` and ``run_at`` pushed out by the retry policy
+        (RETRY_SCHEDULED event); otherwise it ends FAILED (FAILED event).
+        ``error_code`` must be ``CATEGORY:SUBCATEGORY``; ``error_detail`` is cut to a
+        short summary. A claimed job that was never started may be failed too (say,
+        its payload cannot be read); it has no attempt row to close.
+        """
+        self._lease_params(lease)
+        code = error_codes.normalize_error_code(error_code)
+        detail = error_codes.summarize_detail(error_detail)
+        with self._write() as connection:
+            status = self._end_attempt_with_failure(
+                connection,
+                job_id=lease.job_id,
+                token=lease.token,
+                seen_status=JobStatus.RUNNING if lease.started else JobStatus.CLAIMED,
+                attempt=lease.attempt,
+                worker_id=lease.worker_id,
+                retry_count=lease.retry_count,
+                max_retries=lease.max_retries if retryable else lease.retry_count,
+                code=code,
+                detail=detail,
+                actor=lease.worker_id,
+            )
+            if status is None:
+                raise LeaseLost(lease.job_id)
+        return status
+
+    def release(self, lease: Lease, reason: str = "released by worker") -> None:
+        """Give an unfinished job back to the queue now, without spending a retry.
+
+        For graceful shutdown: the attempt (if started) is closed as RELEASED and a
+        RELEASED event records ``reason``.
+        """
+        params = self._lease_params(lease)
+        with self._write() as connection:
+            if connection.execute(self.sql.release, params).rowcount != 1:
+                raise LeaseLost(lease.job_id)
+            if lease.started:
+                connection.execute(
+                    self.sql.close_open_attempt,
+                    {
+                        "p_job_id": lease.job_id,
+                        "p_attempt": lease.attempt,
+                        "p_attempt_status": AttemptStatus.RELEASED.value,
+                        "p_code": None,
+                        "p_detail": error_codes.summarize_detail(reason),
+                    },
+                )
+            self._write_events(
+                connection,
+                [self._event(lease.job_id, Event.RELEASED, lease.worker_id, {"reason": reason})],
+            )

@@ -1,0 +1,118 @@
+"""The sweeper: takes back expired leases and ends runs past their max runtime, in batches."""
+
+from __future__ import annotations
+
+import logging
+
+from sqlq_orm.core import error_codes, validation
+from sqlq_orm.queue.core import SYSTEM_ACTOR, DeferredWrites
+from sqlq_orm.queue.failures import FailureRecording
+from sqlq_orm.queue.types import SweepResult
+from sqlq_orm.schema.states import Event, JobStatus
+
+log = logging.getLogger("sqlq_orm")
+
+
+class Sweeping(FailureRecording):
+    """Recovering jobs whose worker is gone, stuck or over time."""
+
+    def sweep(
+        self, *, batch_size: int = 100, max_batches: int | None = None, actor: str = SYSTEM_ACTOR
+    ) -> SweepResult:
+        """Take back jobs whose lease expired and end RUNNING jobs past max runtime.
+
+        Works in short transactions of up to ``batch_size`` jobs until a batch comes
+        back short (or ``max_batches`` is reached). An expired lease is recovered
+        (RECOVERED event, then back to QUEUED with ``retry_count + 1``, or FAILED with
+        ``LEASE:EXPIRED`` once retries are spent); a run past its max runtime is timed
+        out (TIMED_OUT, then the same with ``TIMEOUT:MAX_RUNTIME``). Each row is
+        updated only if it still has the status and token the sweeper saw, so a sweep
+        racing a finish or a fresh claim never overwrites it.
+        """
+        batch_size = validation.require_int("batch_size", batch_size, minimum=1)
+        total = SweepResult()
+        batches = 0
+        while max_batches is None or batches < max_batches:
+            result = self._sweep_batch(batch_size, actor)
+            total += result
+            batches += 1
+            if result.total < batch_size:
+                break
+        return total
+
+    def _sweep_batch(self, batch_size: int, actor: str) -> SweepResult:
+        expired = timed_out = requeued = failed = 0
+        # Attempt closes and events of the whole batch go out as two executemany
+        # calls after the guarded updates: a round trip per row saved, twice.
+        deferred = DeferredWrites()
+        with self._write() as connection:
+            rows = connection.execute(self.sql.expired_leases, {"p_limit": batch_size}).all()
+            seen = {row.id for row in rows}
+            room = batch_size - len(rows)
+            late = []
+            if room > 0:
+                late = [
+                    row
+                    for row in connection.execute(self.sql.past_deadline, {"p_limit": room}).all()
+                    if row.id not in seen
+                ]
+            for row, reason in [(r, "expired") for r in rows] + [(r, "timed_out") for r in late]:
+                status = JobStatus(row.status)
+                if reason == "expired":
+                    code = error_codes.LEASE_EXPIRED
+                    detail = f"lease held by {row.claimed_by} expired at {row.lease_expires_at}"
+                    seen_lease = {
+                        "worker": row.claimed_by,
+                        "was": status.value,
+                        "lease_expires_at": row.lease_expires_at,
+                    }
+                    note = self._event(row.id, Event.RECOVERED, actor, seen_lease)
+                else:
+                    code = error_codes.MAX_RUNTIME
+                    detail = (
+                        f"ran past its max runtime of {row.max_runtime_seconds}s "
+                        f"on {row.claimed_by}"
+                    )
+                    seen_run = {
+                        "worker": row.claimed_by,
+                        "max_runtime_seconds": row.max_runtime_seconds,
+                    }
+                    note = self._event(row.id, Event.TIMED_OUT, actor, seen_run)
+                outcome = self._end_attempt_with_failure(
+                    connection,
+                    job_id=row.id,
+                    token=row.lease_token,
+                    seen_status=status,
+                    # A claim that never started has no attempt row; name the one it
+                    # would have opened, as its lease did.
+                    attempt=row.attempt_count + 1
+                    if status is JobStatus.CLAIMED
+                    else row.attempt_count,
+                    worker_id=row.claimed_by,
+                    retry_count=row.retry_count,
+                    max_retries=row.max_retries,
+                    code=code,
+                    detail=detail,
+                    actor=actor,
+                    note=note,
+                    deferred=deferred,
+                )
+                if outcome is None:
+                    # The row moved since we read it (it is locked, so this should not
+                    # happen); the guard kept us off it and nothing was written for it.
+                    continue
+                if reason == "expired":
+                    expired += 1
+                else:
+                    timed_out += 1
+                if outcome is JobStatus.QUEUED:
+                    requeued += 1
+                else:
+                    failed += 1
+            self._flush(connection, deferred)
+        if expired or timed_out:
+            log.info(
+                "sweep: %d expired lease(s), %d timed out; %d requeued, %d failed",
+                expired, timed_out, requeued, failed,
+            )  # fmt: skip
+        return SweepResult(expired, timed_out, requeued, failed)

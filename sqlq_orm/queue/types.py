@@ -1,0 +1,56 @@
+"""What queue calls take and return: JobSpec, EnqueuedJob and SweepResult."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class EnqueuedJob:
+    """The result of :meth:`Queue.enqueue`."""
+
+    id: int
+    created: bool
+    """False when a ``dedupe_key`` matched an unfinished job, whose id is returned."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job for :meth:`Queue.enqueue_many`; fields mean what they mean in ``enqueue``."""
+
+    type: str
+    payload: Any = None
+    queue: str = "default"
+    priority: int = 0
+    run_at: Any = None
+    delay: float | None = None
+    max_retries: int | None = None
+    max_runtime_seconds: int | None = None
+    payload_ref: str | None = None
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """What one :meth:`Queue.sweep` did."""
+
+    expired: int = 0
+    """Jobs whose lease had expired (their worker is gone or stuck)."""
+    timed_out: int = 0
+    """RUNNING jobs past their max runtime."""
+    requeued: int = 0
+    """Of those, how many went back to QUEUED for another attempt."""
+    failed: int = 0
+    """Of those, how many ended FAILED (retries spent)."""
+
+    @property
+    def total(self) -> int:
+        return self.expired + self.timed_out
+
+    def __add__(self, other: SweepResult) -> SweepResult:
+        return SweepResult(
+            self.expired + other.expired,
+            self.timed_out + other.timed_out,
+            self.requeued + other.requeued,
+            self.failed + other.failed,
+        )
