@@ -4,6 +4,7 @@
     python3 tasks.py demo    # make .venv, install sqlq_orm, run the demo
     python3 tasks.py test    # make .venv, install sqlq_orm[test], run the tests
     python3 tasks.py bench   # make .venv, install sqlq_orm[test,bench], run the benchmarks
+    python3 tasks.py lint    # make .venv, install sqlq_orm[dev], run ruff and mypy
 
 Extra arguments after the task go to the program it runs (e.g. ``test -k sweep``).
 """
@@ -21,7 +22,7 @@ VENV = Path(os.environ.get("SQLQ_VENV", ROOT / ".venv"))
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PYTHON = BIN / "python"
 
-EXTRAS = {"demo": "postgres", "test": "test", "bench": "test,bench"}
+EXTRAS = {"demo": "postgres", "test": "test", "bench": "test,bench", "lint": "dev"}
 
 
 def ensure_env(extra: str) -> None:
@@ -46,10 +47,26 @@ def main(argv: list[str]) -> int:
         command = [str(BIN / "sqlq"), "demo", *rest]
     elif task == "test":
         command = [str(PYTHON), "-m", "pytest", *rest]
+    elif task == "lint":
+        return lint(rest)
     else:
         command = [str(PYTHON), "-m", "bench", *rest]
     print("+ " + " ".join(command), flush=True)
     return subprocess.call(command, cwd=ROOT)
+
+
+def lint(rest: list[str]) -> int:
+    """Ruff (lint and format) over the project, mypy (strict) over the package."""
+    commands = [
+        [str(PYTHON), "-m", "ruff", "check", "sqlq_orm", "tests", "bench", "tasks.py", *rest],
+        [str(PYTHON), "-m", "ruff", "format", "--check", "sqlq_orm"],
+        [str(PYTHON), "-m", "mypy", "sqlq_orm"],
+    ]
+    failed = 0
+    for command in commands:
+        print("+ " + " ".join(command), flush=True)
+        failed |= subprocess.call(command, cwd=ROOT) != 0
+    return int(failed)
 
 
 if __name__ == "__main__":

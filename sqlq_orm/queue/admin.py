@@ -82,7 +82,9 @@ class Administration(QueueCore):
     def counts_by_status(self) -> dict[str, int]:
         """How many jobs are in each status (statuses with none are included as 0)."""
         with self.read() as connection:
-            found = dict(connection.execute(self.sql.count_by_status).all())
+            found: dict[str, int] = {
+                status: count for status, count in connection.execute(self.sql.count_by_status)
+            }
         return {status.value: int(found.get(status.value, 0)) for status in JobStatus}
 
     def get_job(self, job_id: int) -> Any:

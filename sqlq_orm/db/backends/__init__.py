@@ -38,9 +38,7 @@ def backend_for(dialect: Dialect | Engine) -> Backend:
     backend = find_backend(dialect)
     if backend is None:
         name = dialect.dialect.name if isinstance(dialect, Engine) else dialect.name
-        raise InvalidInput(
-            f"sqlq_orm supports {' and '.join(supported())}; got dialect {name!r}"
-        )
+        raise InvalidInput(f"sqlq_orm supports {' and '.join(supported())}; got dialect {name!r}")
     return backend
 
 

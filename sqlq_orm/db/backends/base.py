@@ -84,9 +84,7 @@ class Backend:
     """Whether ``ON DELETE CASCADE`` fires on this connection."""
     foreign_key_problems: Callable[[Connection], list[str]] = _never_broken
     """The table of each row that breaks a foreign key (databases that let one through)."""
-    suspend_foreign_keys: Callable[[Connection], AbstractContextManager[None]] = (
-        _nothing_to_suspend
-    )
+    suspend_foreign_keys: Callable[[Connection], AbstractContextManager[None]] = _nothing_to_suspend
     """Turn foreign key enforcement off around a table rebuild, where it would cascade."""
     lock_for_migration: Callable[[Connection], None] = _no_lock
     """Serialise concurrent schema changes inside the migration transaction."""
