@@ -7,7 +7,7 @@ test:
 bench:
 	python3 tasks.py bench
 lint:
-	.venv/bin/ruff check sqlq_orm tests
+	python3 tasks.py lint
 # SQLQ_CHAOS_MINUTES (default 10) and SQLQ_CHAOS_SEED (replay) tune the long soak.
 chaos:
-	python3 tasks.py test -m chaos_long -s tests/test_chaos.py
+	python3 tasks.py test -m chaos_long -s tests/worker/test_chaos.py

@@ -27,7 +27,7 @@ EXTRAS = {"demo": "postgres", "test": "test", "bench": "test,bench", "lint": "de
 
 def ensure_env(extra: str) -> None:
     """Create the virtual environment if needed and install the package into it."""
-    if sys.version_info < (3, 11):
+    if sys.version_info < (3, 11):  # noqa: UP036 - tasks.py runs on any python3 a user has
         sys.exit(f"sqlq_orm needs Python 3.11 or newer; this is {sys.version.split()[0]}")
     if not PYTHON.exists():
         print(f"creating virtual environment in {VENV}", flush=True)

@@ -8,7 +8,7 @@ work a careful hand-written queue must do (a ``secrets`` token per claim, JSON f
 payloads and event details). Left out is everything SQLAlchemy and the service layer
 add per call: that difference is what the lifecycle ratio measures.
 
-``tests/test_bench_smoke.py`` checks that this module and :class:`sqlq_orm.Queue`
+``tests/acceptance/test_bench_smoke.py`` checks that this module and :class:`sqlq_orm.Queue`
 send SQLite the same statements, in the same order, for one job's life.
 """
 

@@ -19,7 +19,8 @@ from sqlalchemy.engine import Engine
 
 import sqlq_orm
 from sqlq_orm.schema.models import Base
-from tests import factories
+from tests.support import factories
+from tests.support.backends import BACKENDS
 
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 PINNED_START = 1_700_000_000
@@ -63,7 +64,7 @@ def postgres_url() -> Iterator[str]:
         admin.dispose()
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+@pytest.fixture(params=BACKENDS)
 def db_url(request: pytest.FixtureRequest, tmp_path) -> str:
     """A URL for an empty database: a SQLite file, or this session's PostgreSQL DB."""
     if request.param == "sqlite":

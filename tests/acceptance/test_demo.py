@@ -1,0 +1,35 @@
+"""``sqlq demo`` runs to completion (a smaller configuration) and tells the whole story."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import sqlq_orm
+from sqlq_orm import migrate
+from tests.support.worker_helpers import ROOT, subprocess_env
+
+pytestmark = pytest.mark.slow
+
+
+def test_demo_recovers_the_killed_job_and_fails_the_poison_job(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "sqlq_orm", "demo", "--jobs", "60", "--workers", "2",
+         "--path", str(tmp_path)],
+        capture_output=True, text=True, cwd=ROOT, env=subprocess_env(), timeout=120,
+    )  # fmt: skip
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = result.stdout
+    assert "its worker was SIGKILLed mid-run; the sweeper recovered it (now SUCCEEDED)" in report
+    assert "the poison job killed 3 worker(s) and ended FAILED (LEASE:EXPIRED)" in report
+    assert "nothing left behind: 0 running, 0 claimed" in report
+    engine = sqlq_orm.create_engine(f"sqlite:///{tmp_path / 'demo.db'}")
+    assert migrate.current(engine), "the demo database was not built by the migrations"
+    queue = sqlq_orm.Queue(engine)
+    victim = queue.get_job(1)
+    assert [e.event for e in victim.events].count("RECOVERED") == 1
+    assert [a.status for a in victim.attempts] == ["FAILED", "SUCCEEDED"]
+    assert sum(queue.counts_by_status().values()) == 60

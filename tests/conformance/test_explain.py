@@ -1,0 +1,122 @@
+"""Every query that stats, show, claim, sweep and prune run is served by an index.
+
+Each statement is run under ``EXPLAIN`` exactly as the library runs it (same
+statement object, same parameters): a cursor hook prefixes the SQL, so parameter
+processing is SQLAlchemy's own. SQLite: ``EXPLAIN QUERY PLAN``; a ``SCAN`` of a queue
+table without ``USING ... INDEX`` is a full scan. PostgreSQL: ``EXPLAIN`` with
+``enable_seqscan = off`` for the transaction, so tiny test tables still show the
+index the planner would use at scale; a ``Seq Scan`` then means no index can serve.
+The claim must also read the backlog in index order: no ``USE TEMP B-TREE FOR ORDER
+BY`` (SQLite) and no ``Sort`` node (PostgreSQL).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from sqlalchemy import event, select
+from sqlalchemy.engine import Engine
+
+from sqlq_orm.ops.retention import PruneQueries
+from sqlq_orm.ops.stats.collect import StatsQueries, TimelineQueries
+from tests.conformance.test_observability import NOW
+
+QUEUE_TABLES = "sqlq_jobs|sqlq_job_attempts|sqlq_job_events"
+FULL_SCAN = {
+    "sqlite": re.compile(rf"^SCAN ({QUEUE_TABLES})\b(?!.*\bUSING\b)"),
+    "postgresql": re.compile(rf"Seq Scan on ({QUEUE_TABLES})\b"),
+}
+SORTS_BACKLOG = {
+    "sqlite": re.compile(r"USE TEMP B-TREE FOR ORDER BY"),
+    "postgresql": re.compile(r"\bSort\b"),
+}
+
+
+def explain(engine: Engine, statement: Any, params: dict[str, Any] | None = None) -> list[str]:
+    """The plan of ``statement`` as lines of text; nothing is executed."""
+    dialect = engine.dialect.name
+    prefix = "EXPLAIN QUERY PLAN " if dialect == "sqlite" else "EXPLAIN "
+    plan: list[str] = []
+
+    def add_prefix(conn, cursor, statement, parameters, context, executemany):
+        return prefix + statement, parameters
+
+    def keep_plan(conn, cursor, statement, parameters, context, executemany):
+        plan.extend(str(row[-1] if dialect == "sqlite" else row[0]) for row in cursor.fetchall())
+
+    with engine.connect() as connection:
+        if dialect == "postgresql":
+            connection.exec_driver_sql("SET LOCAL enable_seqscan = off")
+        event.listen(connection, "before_cursor_execute", add_prefix, retval=True)
+        event.listen(connection, "after_cursor_execute", keep_plan)
+        connection.execute(statement, params or {})
+        connection.rollback()
+    return plan
+
+
+def _full_scans(engine: Engine, named: list[tuple[str, Any]]) -> dict[str, list[str]]:
+    pattern = FULL_SCAN[engine.dialect.name]
+    found = {}
+    for name, statement in named:
+        plan = explain(engine, statement)
+        if any(pattern.search(line.strip()) for line in plan):
+            found[name] = plan
+    return found
+
+
+def test_stats_show_and_prune_queries_never_scan_a_queue_table_in_full(queue):
+    queue.enqueue_many([{"type": "resize"}] * 20)
+    named = (
+        StatsQueries(queue.tables, NOW).all()
+        + TimelineQueries(queue.tables).all()
+        + PruneQueries(queue.tables).all(NOW)
+    )
+
+    offenders = _full_scans(queue.engine, named)
+
+    assert len(named) == 21
+    assert offenders == {}
+
+
+def test_claim_and_sweep_use_indexes_and_the_claim_reads_the_backlog_in_order(queue):
+    queue.enqueue_many([{"type": "resize", "priority": n % 3} for n in range(20)])
+    claim_params = {
+        "p_queues": ["default"],
+        "p_limit": 10,
+        "p_worker": "w-1",
+        "p_lease_seconds": 30,
+        "tokens": queue.dialect.bind_tokens(["t"] * 10),
+    }
+    by_lease = {"p_id": 1, "p_token": "t", "p_status": "RUNNING", "p_code": "A:B", "p_detail": None}
+    statements = {
+        "claim": (queue.sql.claim, claim_params),
+        "claim_and_start": (queue.sql.claim_and_start, claim_params),
+        "sweep.expired_leases": (queue.sql.expired_leases, {"p_limit": 100}),
+        "sweep.past_deadline": (queue.sql.past_deadline, {"p_limit": 100}),
+        "sweep.requeue_for_retry": (queue.sql.requeue_for_retry, {**by_lease, "p_delay": 10}),
+        "sweep.fail": (queue.sql.fail, by_lease),
+    }
+    full_scan = FULL_SCAN[queue.engine.dialect.name]
+    sorts = SORTS_BACKLOG[queue.engine.dialect.name]
+
+    plans = {name: explain(queue.engine, st, params) for name, (st, params) in statements.items()}
+
+    scanning = {n: p for n, p in plans.items() if any(full_scan.search(x.strip()) for x in p)}
+    sorting = {
+        n: p for n, p in plans.items() if n.startswith("claim") and any(sorts.search(x) for x in p)
+    }
+    assert scanning == {}
+    assert sorting == {}
+
+
+def test_the_plan_check_flags_a_query_no_index_serves(queue):
+    jobs = queue.tables.jobs
+    unindexed = select(jobs.c.id).where(jobs.c.payload == "x").order_by(jobs.c.payload_ref)
+
+    offenders = _full_scans(queue.engine, [("unindexed", unindexed)])
+
+    assert list(offenders) == ["unindexed"]
+    assert any(
+        SORTS_BACKLOG[queue.engine.dialect.name].search(line) for line in offenders["unindexed"]
+    )

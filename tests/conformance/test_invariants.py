@@ -1,0 +1,443 @@
+"""The invariant checker: silent on every history the service can produce, and each
+invariant catches a row broken on purpose (with raw SQL, constraints switched off)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+import sqlq_orm
+from sqlq_orm import JobStatus, RetryPolicy
+from sqlq_orm.ops.invariants import INVARIANTS, Violation, check, replay_problem
+from tests.support.faultkit import Actor, PauseAfter, unchecked
+
+pytestmark = pytest.mark.filterwarnings("ignore::sqlalchemy.exc.SAWarning")
+
+
+@pytest.fixture
+def queue(engine, clock):
+    # No jitter: the tests below move the clock by exact amounts.
+    return sqlq_orm.Queue(engine, clock=clock, retry_policy=RetryPolicy(base_seconds=5, jitter=0))
+
+
+def names(violations: list[Violation], job_id: int | None = None) -> set[str]:
+    return {v.invariant for v in violations if job_id is None or v.job_id == job_id}
+
+
+def corrupt(engine, sql: str, **params) -> None:
+    with unchecked(engine) as connection:
+        connection.execute(text(sql), params)
+
+
+def running_lease(queue):
+    queue.enqueue("t", {"k": 1})
+    (lease,) = queue.claim("worker-a", start=True)
+    return lease
+
+
+def running_job(queue) -> int:
+    return running_lease(queue).job_id
+
+
+def succeeded_job(queue) -> int:
+    job = queue.enqueue("t")
+    (lease,) = queue.claim("worker-a", start=True)
+    queue.succeed(lease)
+    return job.id
+
+
+def retried_then_succeeded_job(queue, clock) -> int:
+    job = queue.enqueue("t")
+    (lease,) = queue.claim("worker-a", start=True)
+    queue.fail(lease, "UPSTREAM:DOWN", "first try failed")
+    clock.advance(60)
+    (lease,) = queue.claim("worker-b", start=True)
+    queue.succeed(lease)
+    return job.id
+
+
+# ----------------------------------------------------------------- clean histories
+
+
+def test_every_kind_of_history_the_service_writes_passes(queue, clock):
+    succeeded_job(queue)
+    retried_then_succeeded_job(queue, clock)
+    for _ in range(6):
+        queue.enqueue("t", max_retries=1)
+    queue.enqueue("slow", max_retries=1, max_runtime_seconds=20)
+    claimed = queue.claim("worker-c", limit=2)
+    running = queue.claim("worker-c", limit=5, start=True)
+    queue.start(claimed[0])
+    queue.fail(claimed[0], "BAD:INPUT", retryable=False)
+    queue.release(running[0])
+    queue.cancel(running[1].job_id, reason="operator")
+    queue.retry(running[1].job_id)
+    clock.advance(25)  # "slow" is past its deadline; claimed[1] and running[2] expire
+    queue.heartbeat(running[3], lease_seconds=60)
+    queue.sweep()
+    queue.retry(claimed[0].job_id)
+    queue.claim("worker-d", limit=3, start=True)
+    queue.cancel(queue.enqueue("t").id)
+
+    assert check(queue) == []
+
+
+def test_an_empty_database_passes(queue):
+    assert check(queue) == []
+
+
+def test_check_accepts_an_engine_with_the_default_tables(engine, queue):
+    running_job(queue)
+    corrupt(engine, "UPDATE sqlq_jobs SET lease_token = NULL")
+
+    assert names(check(engine)) == {"held_job_has_lease"}
+
+
+def test_check_does_not_wait_for_a_writer_holding_the_lock(engine, queue):
+    running_job(queue)
+    with PauseAfter(engine, r"UPDATE sqlq_jobs SET") as pause:
+        writer = Actor(lambda: queue.enqueue("t") and queue.claim("worker-b", start=True))
+        pause.wait()  # the writer's transaction is open and holds the write lock
+
+        violations = check(queue)
+
+        pause.release()
+        writer.result()
+    assert violations == []
+
+
+def test_check_sees_one_snapshot_while_jobs_move_between_its_queries(engine, queue):
+    job_id = running_job(queue)
+    moved = threading.Event()
+
+    def finish_the_job_meanwhile() -> None:
+        # Runs while the checker is paused after its first replay query.
+        other = sqlq_orm.Queue(sqlq_orm.create_engine(engine.url), clock=queue.clock)
+        job = other.get_job(job_id)
+        assert job.status == JobStatus.RUNNING.value
+        other.cancel(job_id)
+        other.engine.dispose()
+        moved.set()
+
+    with PauseAfter(engine, r"FROM sqlq_jobs ORDER BY sqlq_jobs.id") as pause:
+        checker = Actor(lambda: check(queue))
+        pause.wait()
+        finish_the_job_meanwhile()
+        pause.release()
+        violations = checker.result()
+
+    assert moved.is_set()
+    assert violations == []
+    assert check(queue) == []
+
+
+# --------------------------------------------------- each invariant catches its break
+
+
+def test_held_job_without_a_token_is_reported(engine, queue):
+    job_id = running_job(queue)
+    corrupt(engine, "UPDATE sqlq_jobs SET lease_token = NULL WHERE id = :id", id=job_id)
+
+    assert names(check(queue)) == {"held_job_has_lease"}
+
+
+def test_finished_job_still_holding_a_lease_is_reported(engine, queue):
+    job_id = succeeded_job(queue)
+    corrupt(
+        engine,
+        "UPDATE sqlq_jobs SET lease_token = 'leftover', lease_expires_at = 5 WHERE id = :id",
+        id=job_id,
+    )
+
+    assert names(check(queue)) == {"lease_only_while_held"}
+
+
+def test_queued_job_holding_a_lease_is_reported(engine, queue):
+    job_id = queue.enqueue("t").id
+    corrupt(engine, "UPDATE sqlq_jobs SET lease_expires_at = 5 WHERE id = :id", id=job_id)
+
+    assert names(check(queue)) == {"lease_only_while_held"}
+
+
+def test_terminal_job_without_finished_at_is_reported(engine, queue):
+    job_id = succeeded_job(queue)
+    corrupt(engine, "UPDATE sqlq_jobs SET finished_at = NULL WHERE id = :id", id=job_id)
+
+    assert names(check(queue)) == {"terminal_job_has_finished_at"}
+
+
+def test_queued_job_with_finished_at_is_reported(engine, queue):
+    job_id = queue.enqueue("t").id
+    corrupt(engine, "UPDATE sqlq_jobs SET finished_at = 5 WHERE id = :id", id=job_id)
+
+    assert names(check(queue)) == {"active_job_has_no_finished_at"}
+
+
+def test_running_job_whose_attempt_was_closed_is_reported(engine, queue):
+    job_id = running_job(queue)
+    corrupt(
+        engine,
+        "UPDATE sqlq_job_attempts SET status = 'FAILED', finished_at = 5 WHERE job_id = :id",
+        id=job_id,
+    )
+
+    assert names(check(queue)) == {"running_job_has_one_open_attempt"}
+
+
+def test_running_job_whose_open_attempt_belongs_to_another_worker_is_reported(engine, queue):
+    job_id = running_job(queue)
+    corrupt(
+        engine, "UPDATE sqlq_job_attempts SET worker_id = 'intruder' WHERE job_id = :id", id=job_id
+    )
+
+    assert names(check(queue)) == {"running_job_has_one_open_attempt"}
+
+
+def test_running_job_with_two_open_attempts_is_reported(engine, queue):
+    job_id = running_job(queue)
+    corrupt(
+        engine,
+        "INSERT INTO sqlq_job_attempts (job_id, attempt, worker_id, started_at, status) "
+        "VALUES (:id, 2, 'worker-a', 5, 'RUNNING')",
+        id=job_id,
+    )
+
+    found = names(check(queue))
+    assert "running_job_has_one_open_attempt" in found
+    assert "attempts_numbered_1_to_n" in found  # 2 rows for attempt_count 1
+
+
+def test_queued_job_with_an_open_attempt_is_reported(engine, queue):
+    lease = running_lease(queue)
+    job_id = lease.job_id
+    queue.release(lease)
+    corrupt(
+        engine,
+        "UPDATE sqlq_job_attempts SET status = 'RUNNING', finished_at = NULL WHERE job_id = :id",
+        id=job_id,
+    )
+
+    assert names(check(queue)) == {"only_running_job_has_open_attempt"}
+
+
+def test_attempt_numbers_with_a_gap_are_reported(engine, queue, clock):
+    job_id = retried_then_succeeded_job(queue, clock)
+    corrupt(
+        engine,
+        "UPDATE sqlq_job_attempts SET attempt = 3 WHERE job_id = :id AND attempt = 2",
+        id=job_id,
+    )
+
+    found = names(check(queue))
+    assert "attempts_numbered_1_to_n" in found
+
+
+def test_missing_attempt_row_is_reported(engine, queue, clock):
+    job_id = retried_then_succeeded_job(queue, clock)
+    corrupt(engine, "DELETE FROM sqlq_job_attempts WHERE job_id = :id AND attempt = 1", id=job_id)
+
+    assert names(check(queue)) == {"attempts_numbered_1_to_n"}
+
+
+def test_two_succeeded_attempts_are_reported(engine, queue, clock):
+    job_id = retried_then_succeeded_job(queue, clock)
+    corrupt(
+        engine,
+        "UPDATE sqlq_job_attempts SET status = 'SUCCEEDED' WHERE job_id = :id AND attempt = 1",
+        id=job_id,
+    )
+
+    assert names(check(queue)) == {"at_most_one_succeeded_attempt", "succeeded_job_has_its_success"}
+
+
+def test_succeeded_job_without_a_succeeded_attempt_is_reported(engine, queue):
+    job_id = succeeded_job(queue)
+    corrupt(engine, "UPDATE sqlq_job_attempts SET status = 'FAILED' WHERE job_id = :id", id=job_id)
+
+    assert names(check(queue)) == {"succeeded_job_has_its_success"}
+
+
+def test_success_written_by_a_worker_not_holding_the_lease_is_reported(engine, queue):
+    job_id = succeeded_job(queue)
+    corrupt(
+        engine, "UPDATE sqlq_job_attempts SET worker_id = 'zombie' WHERE job_id = :id", id=job_id
+    )
+
+    assert names(check(queue)) == {"succeeded_job_has_its_success"}
+
+
+def test_failed_job_with_a_succeeded_attempt_is_reported(engine, queue):
+    job_id = running_job(queue)
+    corrupt(
+        engine,
+        "UPDATE sqlq_jobs SET status = 'FAILED', finished_at = 5, lease_token = NULL, "
+        "lease_expires_at = NULL WHERE id = :id",
+        id=job_id,
+    )
+    corrupt(
+        engine,
+        "UPDATE sqlq_job_attempts SET status = 'SUCCEEDED', finished_at = 5 WHERE job_id = :id",
+        id=job_id,
+    )
+
+    found = names(check(queue))
+    assert "succeeded_job_has_its_success" in found
+    assert "events_follow_state_machine" in found  # no FAILED event either
+
+
+def test_missing_finishing_event_is_reported(engine, queue):
+    job_id = succeeded_job(queue)
+    corrupt(
+        engine, "DELETE FROM sqlq_job_events WHERE job_id = :id AND event = 'SUCCEEDED'", id=job_id
+    )
+
+    (violation,) = check(queue)
+    assert violation.invariant == "events_follow_state_machine"
+    assert violation.job_id == job_id
+    assert "replay to RUNNING but the job is SUCCEEDED" in violation.detail
+
+
+def test_event_not_allowed_from_the_replayed_state_is_reported(engine, queue):
+    job_id = succeeded_job(queue)
+    corrupt(
+        engine,
+        "INSERT INTO sqlq_job_events (job_id, ts, event, actor) VALUES (:id, 9, 'CLAIMED', 'w')",
+        id=job_id,
+    )
+
+    (violation,) = check(queue)
+    assert violation.invariant == "events_follow_state_machine"
+    assert "CLAIMED is not allowed from SUCCEEDED" in violation.detail
+
+
+def test_unknown_event_name_is_reported(engine, queue):
+    job_id = queue.enqueue("t").id
+    corrupt(
+        engine,
+        "INSERT INTO sqlq_job_events (job_id, ts, event, actor) VALUES (:id, 9, 'TELEPORTED', 'w')",
+        id=job_id,
+    )
+
+    (violation,) = check(queue)
+    assert "'TELEPORTED' is not a known event" in violation.detail
+
+
+def test_job_without_events_is_reported(engine, queue):
+    job_id = queue.enqueue("t").id
+    corrupt(engine, "DELETE FROM sqlq_job_events WHERE job_id = :id", id=job_id)
+
+    (violation,) = check(queue)
+    assert violation.invariant == "events_follow_state_machine"
+    assert "no events" in violation.detail
+
+
+def test_orphan_attempt_is_reported(engine, queue):
+    corrupt(
+        engine,
+        "INSERT INTO sqlq_job_attempts (job_id, attempt, worker_id, started_at, status) "
+        "VALUES (424242, 1, 'w', 5, 'RUNNING')",
+    )
+
+    assert check(queue) == [Violation("no_orphan_attempts", 424242, "attempt=1, status='RUNNING'")]
+
+
+def test_orphan_event_is_reported(engine, queue):
+    corrupt(
+        engine,
+        "INSERT INTO sqlq_job_events (job_id, ts, event, actor) "
+        "VALUES (424242, 5, 'ENQUEUED', 's')",
+    )
+
+    assert names(check(queue)) == {"no_orphan_events"}
+
+
+def test_every_invariant_has_a_test_that_breaks_it():
+    tested = {
+        "held_job_has_lease",
+        "lease_only_while_held",
+        "terminal_job_has_finished_at",
+        "active_job_has_no_finished_at",
+        "running_job_has_one_open_attempt",
+        "only_running_job_has_open_attempt",
+        "attempts_numbered_1_to_n",
+        "at_most_one_succeeded_attempt",
+        "succeeded_job_has_its_success",
+        "events_follow_state_machine",
+        "no_orphan_attempts",
+        "no_orphan_events",
+    }
+    assert tested == set(INVARIANTS)
+
+
+# ------------------------------------------------------------- replay rules, no DB
+
+
+@pytest.mark.parametrize(
+    ("timeline", "status", "problem"),
+    [
+        (["ENQUEUED"], "QUEUED", None),
+        (["ENQUEUED", "CLAIMED", "STARTED", "HEARTBEAT", "SUCCEEDED"], "SUCCEEDED", None),
+        (["ENQUEUED", "CLAIMED", "RECOVERED", "RETRY_SCHEDULED"], "QUEUED", None),
+        (["ENQUEUED", "CLAIMED", "STARTED", "TIMED_OUT", "FAILED", "RETRIED"], "QUEUED", None),
+        (["CLAIMED"], "CLAIMED", "first event is CLAIMED"),
+        (["ENQUEUED", "ENQUEUED"], "QUEUED", "ENQUEUED cannot happen"),
+        (["ENQUEUED", "STARTED"], "RUNNING", "STARTED is not allowed from QUEUED"),
+        (["ENQUEUED", "HEARTBEAT"], "QUEUED", "only allowed while held"),
+        (["ENQUEUED", "CLAIMED", "RECOVERED"], "CLAIMED", "must be followed by"),
+        (["ENQUEUED", "CLAIMED", "STARTED", "SUCCEEDED", "RETRIED"], "QUEUED", "RETRIED is not"),
+    ],
+)
+def test_replay_rules(timeline, status, problem):
+    found = replay_problem(timeline, status)
+
+    if problem is None:
+        assert found is None
+    else:
+        assert found is not None and problem in found
+
+
+# ------------------------------------------------------------------- sqlq check
+
+
+def sqlq(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run(
+        [sys.executable, "-m", "sqlq_orm", "--db", db_url, *args],
+        capture_output=True, text=True, env=env, cwd=root, timeout=120,
+    )  # fmt: skip
+
+
+def test_sqlq_check_exits_zero_and_says_ok_on_a_healthy_queue(db_url, queue):
+    succeeded_job(queue)
+
+    result = sqlq(db_url, "check")
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"ok: all {len(INVARIANTS)} invariants hold"
+
+
+def test_sqlq_check_lists_each_violation_and_exits_one(db_url, engine, queue):
+    job_id = succeeded_job(queue)
+    corrupt(engine, "UPDATE sqlq_jobs SET finished_at = NULL WHERE id = :id", id=job_id)
+
+    text_result = sqlq(db_url, "check")
+    json_result = sqlq(db_url, "check", "--json")
+
+    assert text_result.returncode == 1
+    assert f"job {job_id}: terminal_job_has_finished_at" in text_result.stdout
+    assert json_result.returncode == 1
+    assert json.loads(json_result.stdout)["violations"] == [
+        {
+            "invariant": "terminal_job_has_finished_at",
+            "job_id": job_id,
+            "detail": "status='SUCCEEDED'",
+        }
+    ]

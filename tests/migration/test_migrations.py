@@ -1,0 +1,398 @@
+"""The Alembic revisions: one head, up and down cleanly, and exactly the models' schema.
+
+Run on a SQLite file and on PostgreSQL (``db_url`` is an empty database). Besides
+Alembic's own autogenerate diff, which ignores CHECK constraints and on SQLite cannot
+see an index's DESC or WHERE, the migrated schema is compared with the one
+``create_all`` builds from the models, reflected in full.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy
+from alembic.script import ScriptDirectory
+from sqlalchemy import func, select
+
+import sqlq_orm
+from alembic import command
+from sqlq_orm import migrate
+from sqlq_orm.migrations import MIGRATIONS_DIR, VERSION_TABLE, VERSIONS_DIR
+from sqlq_orm.schema.models import Base, Job, JobAttempt, JobEvent
+from tests.support import factories
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SQLQ_TABLES = set(Base.metadata.tables)
+
+
+def table_names(url: str) -> set[str]:
+    engine = sqlalchemy.create_engine(url)
+    try:
+        return set(sqlalchemy.inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def schema_snapshot(url: str) -> dict[str, Any]:
+    """Everything reflection tells about sqlq's tables, in comparable form.
+
+    On SQLite the stored ``CREATE`` statements are included verbatim: they are the
+    only place SQLite keeps an index's DESC.
+    """
+    engine = sqlalchemy.create_engine(url)
+    try:
+        inspector = sqlalchemy.inspect(engine)
+        snapshot: dict[str, Any] = {}
+        for table in sorted(SQLQ_TABLES):
+            snapshot[table] = {
+                "columns": [
+                    (c["name"], str(c["type"]), c["nullable"], c.get("default"))
+                    for c in inspector.get_columns(table)
+                ],
+                "pk": inspector.get_pk_constraint(table),
+                "fks": inspector.get_foreign_keys(table),
+                "uniques": sorted(inspector.get_unique_constraints(table), key=str),
+                "checks": sorted(
+                    (c["name"], c["sqltext"]) for c in inspector.get_check_constraints(table)
+                ),
+                "indexes": sorted(
+                    (
+                        ix["name"],
+                        tuple(ix["column_names"]),
+                        bool(ix["unique"]),
+                        repr(ix.get("column_sorting")),
+                        sorted((k, str(v)) for k, v in ix.get("dialect_options", {}).items()),
+                    )
+                    for ix in inspector.get_indexes(table)
+                ),
+            }
+        if engine.dialect.name == "sqlite":
+            with engine.connect() as connection:
+                snapshot["sqlite_master"] = connection.exec_driver_sql(
+                    "SELECT type, name, sql FROM sqlite_master "
+                    "WHERE name LIKE 'sqlq_%' OR tbl_name LIKE 'sqlq_%' ORDER BY name"
+                ).all()
+        return snapshot
+    finally:
+        engine.dispose()
+
+
+def test_revisions_have_a_single_head_labelled_sqlq():
+    scripts = ScriptDirectory.from_config(migrate.config())
+
+    assert scripts.get_heads() == ["sqlq_0001"]
+    assert scripts.get_revision("sqlq@head").revision == "sqlq_0001"
+    assert [s.revision for s in scripts.walk_revisions()][-1] == "sqlq_0001"
+
+
+def test_upgrade_from_empty_creates_the_tables_and_records_the_revision(db_url):
+    assert migrate.current(db_url) == set()
+
+    migrate.upgrade(db_url)
+
+    assert migrate.current(db_url) == {"sqlq_0001"}
+    assert table_names(db_url) == SQLQ_TABLES | {VERSION_TABLE}
+
+
+def test_migrated_schema_matches_the_models(db_url):
+    migrate.upgrade(db_url)
+    migrated = schema_snapshot(db_url)
+    autogenerate_diff = migrate.check(db_url)
+    migrate.downgrade(db_url, "base")
+    engine = sqlq_orm.create_engine(db_url)
+    Base.metadata.create_all(engine)
+    engine.dispose()
+
+    from_models = schema_snapshot(db_url)
+
+    assert autogenerate_diff == []
+    assert migrated == from_models
+
+
+def test_downgrade_to_base_drops_everything_and_upgrade_restores_it(db_url):
+    migrate.upgrade(db_url)
+
+    migrate.downgrade(db_url, "base")
+
+    assert migrate.current(db_url) == set()
+    assert table_names(db_url) == {VERSION_TABLE}
+    migrate.upgrade(db_url)
+    assert migrate.current(db_url) == {"sqlq_0001"}
+    assert migrate.check(db_url) == []
+
+
+def test_running_the_upgrade_twice_keeps_the_data(db_url, clock):
+    migrate.upgrade(db_url)
+    engine = sqlq_orm.create_engine(db_url)
+    job = sqlq_orm.Queue(engine, clock=clock).enqueue("send_email", {"to": "a@example.com"})
+
+    migrate.upgrade(db_url, "heads")
+
+    with engine.connect() as connection:
+        assert connection.scalar(select(Job.type).where(Job.id == job.id)) == "send_email"
+    engine.dispose()
+    assert migrate.current(db_url) == {"sqlq_0001"}
+
+
+def test_upgrade_accepts_a_host_apps_engine(db_url):
+    engine = sqlq_orm.configure_engine(sqlalchemy.create_engine(db_url))
+
+    migrate.upgrade(engine)
+
+    assert migrate.current(engine) == {"sqlq_0001"}
+    engine.dispose()
+
+
+def test_upgrade_adopts_tables_created_from_the_models(db_url, clock):
+    engine = sqlq_orm.create_engine(db_url)
+    Base.metadata.create_all(engine)
+    job = sqlq_orm.Queue(engine, clock=clock).enqueue("send_email")
+
+    migrate.upgrade(engine)
+
+    assert migrate.current(engine) == {"sqlq_0001"}
+    assert sqlq_orm.Queue(engine).get_job(job.id).type == "send_email"
+    engine.dispose()
+
+
+def test_upgrade_refuses_unrecorded_tables_that_differ_from_the_models(db_url):
+    engine = sqlq_orm.create_engine(db_url)
+    Base.metadata.create_all(engine)
+    with engine.begin() as connection:
+        connection.execute(sqlalchemy.text("DROP INDEX ix_sqlq_jobs_lease"))
+
+    with pytest.raises(sqlq_orm.SqlqError, match="differ from the models"):
+        migrate.upgrade(engine)
+
+    assert migrate.current(engine) == set()
+    assert VERSION_TABLE not in table_names(db_url)
+    engine.dispose()
+
+
+def test_upgrade_refuses_tables_that_the_host_apps_alembic_manages(db_url):
+    engine = sqlq_orm.create_engine(db_url)
+    Base.metadata.create_all(engine)
+    with engine.begin() as connection:
+        connection.execute(
+            sqlalchemy.text("CREATE TABLE alembic_version (version_num VARCHAR(32))")
+        )
+        connection.execute(sqlalchemy.text("INSERT INTO alembic_version VALUES ('sqlq_0001')"))
+
+    with pytest.raises(sqlq_orm.SqlqError, match="app's own Alembic"):
+        migrate.upgrade(engine)
+
+    assert VERSION_TABLE not in table_names(db_url)
+    engine.dispose()
+
+
+def test_repo_template_is_the_packaged_template():
+    assert (REPO_ROOT / "alembic" / "script.py.mako").read_text() == (
+        MIGRATIONS_DIR / "script.py.mako"
+    ).read_text()
+
+
+# ------------------------------------------------------------------ alembic CLI
+
+
+def run_alembic(*args: str, cwd: Path, env: dict[str, str] | None = None) -> str:
+    """Run the ``alembic`` command line; return its output, failing with it on error."""
+    full_env = {k: v for k, v in os.environ.items() if k != "SQLQ_DATABASE_URL"}
+    full_env.update(PYTHONPATH=str(REPO_ROOT), **(env or {}))
+    done = subprocess.run(
+        [sys.executable, "-m", "alembic", *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout + done.stderr
+
+
+def test_alembic_upgrade_and_check_from_the_repo_root(db_url):
+    env = {"SQLQ_DATABASE_URL": db_url}
+
+    run_alembic("upgrade", "head", cwd=REPO_ROOT, env=env)
+    output = run_alembic("check", cwd=REPO_ROOT, env=env)
+
+    assert "No new upgrade operations detected" in output
+    assert migrate.current(db_url) == {"sqlq_0001"}
+
+
+def test_alembic_without_a_url_migrates_sqlq_db_in_the_working_directory(tmp_path):
+    run_alembic("-c", str(REPO_ROOT / "alembic.ini"), "upgrade", "head", cwd=tmp_path)
+
+    assert migrate.current(f"sqlite:///{tmp_path / 'sqlq.db'}") == {"sqlq_0001"}
+
+
+HOST_ENV_PY = """
+from alembic import context
+from sqlalchemy import create_engine
+
+from host_models import metadata as host_metadata
+from sqlq_orm.schema.models import Base as SqlqBase
+
+config = context.config
+engine = create_engine(config.get_main_option("sqlalchemy.url"))
+with engine.connect() as connection:
+    context.configure(
+        connection=connection, target_metadata=[host_metadata, SqlqBase.metadata]
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+engine.dispose()
+"""
+
+HOST_MODELS_PY = """
+import sqlalchemy as sa
+
+metadata = sa.MetaData()
+widgets = sa.Table(
+    "widgets", metadata, sa.Column("id", sa.Integer, primary_key=True, autoincrement=False)
+)
+"""
+
+HOST_REVISION_PY = """
+import sqlalchemy as sa
+from alembic import op
+
+revision = "3f1c2a9b7d10"
+down_revision = None
+branch_labels = None
+depends_on = None
+
+
+def upgrade():
+    op.create_table(
+        "widgets", sa.Column("id", sa.Integer, primary_key=True, autoincrement=False)
+    )
+
+
+def downgrade():
+    op.drop_table("widgets")
+"""
+
+
+def make_host_alembic(root: Path, url: str) -> None:
+    """A host app's own Alembic setup, whose version_locations add sqlq's revisions."""
+    (root / "migrations" / "versions").mkdir(parents=True)
+    (root / "migrations" / "env.py").write_text(HOST_ENV_PY)
+    (root / "migrations" / "versions" / "3f1c2a9b7d10_widgets.py").write_text(HOST_REVISION_PY)
+    (root / "host_models.py").write_text(HOST_MODELS_PY)
+    (root / "alembic.ini").write_text(
+        textwrap.dedent(
+            f"""\
+            [alembic]
+            script_location = %(here)s/migrations
+            prepend_sys_path = %(here)s
+            path_separator = space
+            version_locations = %(here)s/migrations/versions sqlq_orm.migrations:versions
+            sqlalchemy.url = {url.replace("%", "%%")}
+            """
+        )
+    )
+
+
+def test_host_app_runs_sqlq_revisions_from_its_own_alembic(db_url, tmp_path):
+    make_host_alembic(tmp_path, db_url)
+
+    run_alembic("upgrade", "heads", cwd=tmp_path)
+
+    engine = sqlalchemy.create_engine(db_url)
+    with engine.connect() as connection:
+        heads = set(connection.scalars(sqlalchemy.text("SELECT version_num FROM alembic_version")))
+    engine.dispose()
+    assert heads == {"3f1c2a9b7d10", "sqlq_0001"}
+    assert table_names(db_url) == SQLQ_TABLES | {"widgets", "alembic_version"}
+    assert "No new upgrade operations detected" in run_alembic("check", cwd=tmp_path)
+
+
+# ------------------------------------------------- SQLite table rebuilds (batch mode)
+
+BATCH_REVISION_PY = """
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0002"
+down_revision = "sqlq_0001"
+branch_labels = None
+depends_on = None
+
+
+def upgrade():
+    with op.batch_alter_table("sqlq_jobs", recreate="always") as batch:
+        batch.add_column(sa.Column("note", sa.String(50), nullable=True))
+    {extra}
+
+
+def downgrade():
+    with op.batch_alter_table("sqlq_jobs", recreate="always") as batch:
+        batch.drop_column("note")
+"""
+
+
+def upgrade_with_extra_revision(url: str, versions: Path, extra: str = "") -> None:
+    versions.mkdir()
+    (versions / "0002_batch.py").write_text(BATCH_REVISION_PY.format(extra=extra))
+    engine = sqlq_orm.create_engine(url)
+    with engine.connect() as connection:
+        config = migrate.config(connection)
+        config.set_main_option("version_locations", f"{VERSIONS_DIR}{os.pathsep}{versions}")
+        command.upgrade(config, "heads")
+    engine.dispose()
+
+
+def count(url: str, model: Any) -> int:
+    engine = sqlalchemy.create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return int(connection.scalar(select(func.count()).select_from(model)))
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'queue.db'}"
+
+
+def seed_job_with_history(url: str) -> None:
+    engine = sqlq_orm.create_engine(url)
+    with sqlalchemy.orm.Session(engine) as session:
+        made = factories.factories_for(sqlq_orm.Models.default(), session)
+        attempt = made.attempt(status="FAILED", finished_at=factories.T0 + 5)
+        made.event(job=attempt.job, event="CLAIMED")
+        session.commit()
+    engine.dispose()
+
+
+def test_sqlite_table_rebuild_keeps_attempts_and_events(sqlite_url, tmp_path):
+    migrate.upgrade(sqlite_url)
+    seed_job_with_history(sqlite_url)
+
+    upgrade_with_extra_revision(sqlite_url, tmp_path / "more_versions")
+
+    assert (count(sqlite_url, Job), count(sqlite_url, JobAttempt), count(sqlite_url, JobEvent)) == (
+        1, 1, 1,
+    )  # fmt: skip
+    assert migrate.current(sqlite_url) == {"0002"}
+
+
+def test_sqlite_migration_that_orphans_rows_is_rolled_back(sqlite_url, tmp_path):
+    migrate.upgrade(sqlite_url)
+    seed_job_with_history(sqlite_url)
+
+    with pytest.raises(sqlq_orm.SqlqError, match="foreign key in sqlq_job_attempts"):
+        upgrade_with_extra_revision(
+            sqlite_url, tmp_path / "more_versions", extra='op.execute("DELETE FROM sqlq_jobs")'
+        )
+
+    assert migrate.current(sqlite_url) == {"sqlq_0001"}
+    assert count(sqlite_url, Job) == 1

@@ -1,0 +1,68 @@
+"""Handlers for the worker processes the tests start.
+
+``--handlers tests.support.handlers_for_tests:registry``.
+
+Each one does one recognisable thing, driven by its payload, so a test can stage a
+crash, a hang or a slow job without sleeping on the test's side.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from sqlq_orm import JobContext, JobError
+from sqlq_orm.worker.handlers import HandlerRegistry
+
+registry = HandlerRegistry()
+
+HOLD_LIMIT = 120.0
+"""No test handler blocks longer than this, so a leaked process cannot linger forever."""
+
+
+@registry.handler("echo")
+def echo(ctx: JobContext) -> None:
+    """Succeed at once."""
+
+
+@registry.handler("hold")
+def hold(ctx: JobContext) -> None:
+    """On the attempts listed in ``on_attempts``, block until ``until_file`` exists.
+
+    Ignores ``should_stop`` on purpose: it stands for a handler that is frozen or
+    busy and comes back later believing it succeeded. Other attempts succeed at once.
+    """
+    if ctx.attempt not in ctx.payload.get("on_attempts", [1]):
+        return
+    release = Path(ctx.payload["until_file"])
+    deadline = time.monotonic() + HOLD_LIMIT
+    while not release.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+@registry.handler("finish_on_shutdown")
+def finish_on_shutdown(ctx: JobContext) -> None:
+    """Run until the worker starts shutting down, then finish well within the grace period."""
+    deadline = time.monotonic() + HOLD_LIMIT
+    while not ctx.shutdown_requested and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+@registry.handler("ignore_shutdown")
+def ignore_shutdown(ctx: JobContext) -> None:
+    """A slow job that neither checks the context nor finishes within any grace period."""
+    time.sleep(HOLD_LIMIT)
+
+
+@registry.handler("poison")
+def poison(ctx: JobContext) -> None:
+    """Kill the whole worker process, every time (a segfault, the OOM killer...)."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@registry.handler("declined")
+def declined(ctx: JobContext) -> None:
+    """Fail with a classified, non-retryable error."""
+    raise JobError("PAYMENT:CARD_DECLINED", "card ending 4242 was declined", retryable=False)

@@ -1,0 +1,179 @@
+"""Real worker processes (``python -m sqlq_orm worker``) meeting the real world.
+
+SIGKILL in the middle of a job, SIGSTOP past the lease, SIGTERM with jobs in flight,
+and a poison job that kills every worker that touches it. Leases are short (2 s) and
+the sweeper runs inside the surviving workers, so recovery needs nobody. Every wait is
+a bounded poll of the database or of a worker's log; every process is killed at
+teardown.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy
+from sqlalchemy import func, select
+
+import sqlq_orm
+from sqlq_orm.cli.demo import WorkerPool
+from sqlq_orm.schema.models import Job, WorkerRecord
+from tests.support.worker_helpers import TEST_HANDLERS, Processes, job_row, status_is, wait_until
+
+pytestmark = pytest.mark.slow
+
+SHORT_LEASE = ("--lease", "2")
+RECOVERING = ("--lease", "2", "--sweep-interval", "0.5", "--retry-base", "1")
+"""A worker whose own sweeper takes back expired leases within half a second."""
+
+
+@pytest.fixture
+def live_queue(engine) -> sqlq_orm.Queue:
+    """A queue on the database's own clock, like the worker processes use."""
+    return sqlq_orm.Queue(engine)
+
+
+@pytest.fixture
+def processes(tmp_path, db_url) -> Iterator[Processes]:
+    started = Processes(tmp_path, db_url)
+    try:
+        yield started
+    finally:
+        started.kill_all()
+
+
+def running_first_attempt(queue: sqlq_orm.Queue, job_id: int):
+    def check() -> bool:
+        job = job_row(queue, job_id)
+        return job.status == "RUNNING" and [a.status for a in job.attempts] == ["RUNNING"]
+
+    return check
+
+
+def test_job_of_a_sigkilled_worker_is_recovered_and_succeeds_on_another(
+    live_queue, processes, tmp_path
+):
+    job = live_queue.enqueue("hold", {"until_file": str(tmp_path / "never"), "on_attempts": [1]})
+    doomed = processes.worker("worker-a", *SHORT_LEASE, "--no-sweep")
+    wait_until(running_first_attempt(live_queue, job.id), "worker-a to start the job")
+
+    doomed.kill()
+    doomed.wait(timeout=10)
+    processes.worker("worker-b", *RECOVERING)
+    wait_until(status_is(live_queue, job.id, "SUCCEEDED", "FAILED"), "the job to end")
+
+    row = job_row(live_queue, job.id)
+    assert row.status == "SUCCEEDED"
+    assert [(a.attempt, a.worker_id, a.status, a.error_code) for a in row.attempts] == [
+        (1, "worker-a", "FAILED", "LEASE:EXPIRED"),
+        (2, "worker-b", "SUCCEEDED", None),
+    ]
+    assert [(e.event, e.actor) for e in row.events] == [
+        ("ENQUEUED", "system"),
+        ("CLAIMED", "worker-a"),
+        ("STARTED", "worker-a"),
+        ("RECOVERED", "sweeper@worker-b"),
+        ("RETRY_SCHEDULED", "sweeper@worker-b"),
+        ("CLAIMED", "worker-b"),
+        ("STARTED", "worker-b"),
+        ("SUCCEEDED", "worker-b"),
+    ]
+
+
+def test_worker_stopped_past_its_lease_cannot_report_after_another_finished_the_job(
+    live_queue, processes, tmp_path
+):
+    release = tmp_path / "release"
+    job = live_queue.enqueue("hold", {"until_file": str(release), "on_attempts": [1]})
+    frozen = processes.worker("worker-a", *SHORT_LEASE, "--no-sweep")
+    wait_until(running_first_attempt(live_queue, job.id), "worker-a to start the job")
+
+    frozen.send_signal(signal.SIGSTOP)
+    processes.worker("worker-b", *RECOVERING)
+    wait_until(status_is(live_queue, job.id, "SUCCEEDED"), "worker-b to finish the job")
+    release.touch()  # worker-a's handler now returns, believing it succeeded
+    frozen.send_signal(signal.SIGCONT)
+    wait_until(
+        lambda: f"job {job.id} attempt 1 (hold): outcome discarded" in processes.log(frozen),
+        "worker-a to discard its late outcome",
+    )
+
+    row = job_row(live_queue, job.id)
+    assert [(a.worker_id, a.status) for a in row.attempts] == [
+        ("worker-a", "FAILED"),
+        ("worker-b", "SUCCEEDED"),
+    ]
+    assert [e.actor for e in row.events if e.event == "SUCCEEDED"] == ["worker-b"]
+
+
+def test_sigterm_lets_quick_jobs_finish_releases_slow_ones_and_deregisters(
+    live_queue, processes, engine
+):
+    quick = [live_queue.enqueue("finish_on_shutdown").id for _ in range(2)]
+    slow = [live_queue.enqueue("ignore_shutdown").id for _ in range(2)]
+    worker = processes.worker("worker-a", "--concurrency", "4", "--grace", "1", "--no-sweep")
+    wait_until(
+        lambda: all(job_row(live_queue, i).status == "RUNNING" for i in quick + slow),
+        "all four jobs to run",
+    )
+
+    worker.send_signal(signal.SIGTERM)
+    exit_code = worker.wait(timeout=30)
+
+    assert exit_code == 0
+    assert [job_row(live_queue, i).status for i in quick] == ["SUCCEEDED", "SUCCEEDED"]
+    for job_id in slow:
+        row = job_row(live_queue, job_id)
+        assert (row.status, row.retry_count, row.events[-1].event) == ("QUEUED", 0, "RELEASED")
+        assert [a.status for a in row.attempts] == ["RELEASED"]
+    with sqlalchemy.orm.Session(engine) as session:
+        assert session.scalar(select(func.count()).where(Job.status == "RUNNING")) == 0
+        assert session.scalar(select(func.count()).select_from(WorkerRecord)) == 0
+
+
+def test_poison_job_that_kills_every_worker_ends_failed_while_other_jobs_flow(
+    live_queue, db_url, tmp_path
+):
+    poison = live_queue.enqueue("poison", max_retries=1, priority=10)
+    others = [live_queue.enqueue("echo").id for _ in range(12)]
+    pool = WorkerPool(
+        db_url,
+        TEST_HANDLERS,
+        {f"w{n}": [*RECOVERING, "--concurrency", "2"] for n in (1, 2)},
+        log_dir=tmp_path,
+    )
+
+    def poison_failed_and_others_succeeded() -> bool:
+        pool.restart_dead()
+        return job_row(live_queue, poison.id).status == "FAILED" and all(
+            job_row(live_queue, i).status == "SUCCEEDED" for i in others
+        )
+
+    try:
+        pool.start()
+        wait_until(
+            poison_failed_and_others_succeeded, "the poison job to fail, the rest to succeed"
+        )
+    finally:
+        pool.stop(grace=0)
+
+    row = job_row(live_queue, poison.id)
+    assert (row.error_code, row.attempt_count) == ("LEASE:EXPIRED", 2)
+    assert [a.status for a in row.attempts] == ["FAILED", "FAILED"]
+    assert len(pool.deaths) >= 2
+
+
+def test_second_sigterm_skips_the_grace_period_and_still_releases(live_queue, processes):
+    job = live_queue.enqueue("ignore_shutdown")
+    worker = processes.worker("worker-a", "--grace", "600", "--no-sweep")
+    wait_until(status_is(live_queue, job.id, "RUNNING"), "the job to run")
+    worker.send_signal(signal.SIGTERM)
+    wait_until(lambda: "signal received" in processes.log(worker), "the first signal to land")
+
+    worker.send_signal(signal.SIGTERM)
+    exit_code = worker.wait(timeout=30)  # far inside the 600 s grace period
+
+    assert exit_code == 0
+    row = job_row(live_queue, job.id)
+    assert (row.status, row.events[-1].event) == ("QUEUED", "RELEASED")
