@@ -12,6 +12,7 @@ from sqlq_orm.db.clock import Clock, DatabaseClock, PinnedClock
 from sqlq_orm.db.engine import configure_engine, create_engine
 from sqlq_orm.db.tables import Models
 from sqlq_orm.errors import (
+    DedupeConflict,
     InvalidInput,
     InvalidTransition,
     JobError,
@@ -36,6 +37,7 @@ __all__ = [
     "Base",
     "Clock",
     "DatabaseClock",
+    "DedupeConflict",
     "EnqueuedJob",
     "Event",
     "HandlerRegistry",

@@ -59,6 +59,31 @@ class InvalidTransition(SqlqError):
         super().__init__(f"cannot {action} job {job_id}: it is {status}")
 
 
+class DedupeConflict(SqlqError):
+    """A dedupe key is held by an unfinished job of another type or queue.
+
+    A dedupe key names one job: enqueueing ``report`` with the key of a live ``sync``
+    job would otherwise return the ``sync`` job and never make the ``report`` one.
+    Nothing is written; ``existing_id`` is the job that holds the key.
+    """
+
+    def __init__(
+        self, dedupe_key: str, existing_id: int, existing: tuple[str, str], wanted: tuple[str, str]
+    ) -> None:
+        self.dedupe_key = dedupe_key
+        self.existing_id = existing_id
+        (old_type, old_queue), (new_type, new_queue) = existing, wanted
+        differences = []
+        if old_type != new_type:
+            differences.append(f"type {old_type!r}, not type {new_type!r}")
+        if old_queue != new_queue:
+            differences.append(f"queue {old_queue!r}, not queue {new_queue!r}")
+        super().__init__(
+            f"dedupe_key {dedupe_key!r} is held by unfinished job {existing_id} of "
+            f"{' and '.join(differences)}; nothing was written (use a key per job kind)"
+        )
+
+
 class JobError(SqlqError):
     """Raised by a handler to fail its job with a classified error.
 

@@ -7,6 +7,8 @@ naming the argument and the offending value.
 from __future__ import annotations
 
 import json
+import math
+import sys
 from datetime import datetime
 from typing import Any
 
@@ -41,10 +43,23 @@ def require_name(argument: str, value: object, max_length: int) -> str:
         raise InvalidInput(
             f"{argument} is {len(value)} characters; the limit is {max_length}: {_short(value)}"
         )
+    _require_encodable(argument, value)
     if "\x00" in value:
         # PostgreSQL text cannot hold NUL; refuse it on every database alike.
         raise InvalidInput(f"{argument} must not contain NUL characters, got {_short(value)}")
     return value
+
+
+def _require_encodable(argument: str, text: str) -> None:
+    """Refuse text that UTF-8 cannot carry (a lone surrogate such as ``"\\ud800"``)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = text[exc.start : exc.end]
+        raise InvalidInput(
+            f"{argument} is not valid Unicode: it holds the lone surrogate "
+            f"{bad!r} at position {exc.start}: {_short(text)}"
+        ) from None
 
 
 def optional_name(argument: str, value: object, max_length: int) -> str | None:
@@ -121,6 +136,12 @@ def encode_payload(payload: object, max_bytes: int) -> str | None:
         raise InvalidInput(
             f"payload must be JSON-serialisable ({exc}); got a {type(payload).__name__}"
         ) from None
+    except RecursionError:
+        raise InvalidInput(
+            "payload is nested too deeply to serialise (Python's recursion limit is "
+            f"{sys.getrecursionlimit()}); flatten it"
+        ) from None
+    _require_encodable("payload", text)
     size = len(text.encode("utf-8"))
     if size > max_bytes:
         raise InvalidInput(
@@ -133,7 +154,8 @@ def encode_payload(payload: object, max_bytes: int) -> str | None:
 def schedule(run_at: object, delay: object) -> tuple[int | None, int]:
     """Return ``(absolute run_at or None, delay in seconds)`` from the two options.
 
-    ``run_at`` is epoch seconds or an aware ``datetime``; ``delay`` is seconds from
+    ``run_at`` is epoch seconds (int or float) or an aware ``datetime``, rounded up to
+    a whole second; ``delay`` is seconds from
     the database's now. At most one may be given.
     """
     if run_at is not None and delay is not None:
@@ -141,12 +163,7 @@ def schedule(run_at: object, delay: object) -> tuple[int | None, int]:
             f"give run_at or delay, not both (run_at={_short(run_at)}, delay={_short(delay)})"
         )
     if run_at is not None:
-        if isinstance(run_at, datetime):
-            if run_at.tzinfo is None:
-                raise InvalidInput(f"run_at must be timezone-aware, got naive {run_at!r}")
-            epoch = int(run_at.timestamp())
-            return require_int("run_at", epoch, minimum=0, maximum=MAX_EPOCH_SECONDS), 0
-        return require_int("run_at", run_at, minimum=0, maximum=MAX_EPOCH_SECONDS), 0
+        return _epoch_seconds(run_at), 0
     if delay is None:
         return None, 0
     if isinstance(delay, bool) or not isinstance(delay, (int, float)):
@@ -157,6 +174,25 @@ def schedule(run_at: object, delay: object) -> tuple[int | None, int]:
             f"delay must be between 0 and {MAX_EPOCH_SECONDS} seconds, got {delay!r}"
         )
     return None, int(round(delay))
+
+
+def _epoch_seconds(run_at: object) -> int:
+    """Whole epoch seconds from an int, a float or an aware datetime, rounded up (a job
+    never runs before the moment asked for)."""
+    if isinstance(run_at, datetime):
+        if run_at.tzinfo is None:
+            raise InvalidInput(f"run_at must be timezone-aware, got naive {run_at!r}")
+        run_at = run_at.timestamp()
+    if isinstance(run_at, float):
+        if not 0 <= run_at <= MAX_EPOCH_SECONDS:  # also refuses NaN and infinity
+            raise InvalidInput(f"run_at must be between 0 and {MAX_EPOCH_SECONDS}, got {run_at!r}")
+        return math.ceil(run_at)
+    if isinstance(run_at, bool) or not isinstance(run_at, int):
+        raise InvalidInput(
+            f"run_at must be epoch seconds (int or float) or an aware datetime, "
+            f"got {_short(run_at)}"
+        )
+    return require_int("run_at", run_at, minimum=0, maximum=MAX_EPOCH_SECONDS)
 
 
 def app_columns(values: dict[str, Any], allowed: frozenset[str]) -> dict[str, Any]:

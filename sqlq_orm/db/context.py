@@ -8,12 +8,14 @@ readers (:mod:`sqlq_orm.ops`). Nothing below the queue layer needs to know the
 
 from __future__ import annotations
 
+import os
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
 
 from sqlalchemy import select
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.orm import Session
 
 from sqlq_orm.db.backends import Backend, backend_for
@@ -42,15 +44,31 @@ class QueueContext:
         self.sql = Statements(self.tables, self.dialect, self.clock.sql_now())
         self._read_engine = engine.execution_options(**self.dialect.read_options)
         self._snapshot_engine = engine.execution_options(**self.dialect.snapshot_options)
+        self._same_database: weakref.WeakSet[Engine] = weakref.WeakSet()
 
     @contextmanager
     def write(self, session: Session | None = None) -> Iterator[Connection]:
         """A write transaction: the caller's session's, or a short one of our own."""
         if session is not None:
-            yield session.connection()
+            connection = session.connection()
+            self._require_same_database(connection.engine)
+            yield connection
             return
         with self.engine.begin() as connection:
             yield connection
+
+    def _require_same_database(self, engine: Engine) -> None:
+        """Refuse a caller's session on another database: the job would land there."""
+        if engine is self.engine or engine in self._same_database:
+            return
+        if database_identity(engine.url) != database_identity(self.engine.url):
+            raise InvalidInput(
+                f"session is bound to {engine.url.render_as_string(hide_password=True)}, "
+                f"not the queue's database "
+                f"({self.engine.url.render_as_string(hide_password=True)}); "
+                "pass a session on the queue's database, or none"
+            )
+        self._same_database.add(engine)
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
@@ -82,6 +100,19 @@ class QueueContext:
         """Read "now" in a read transaction of its own."""
         with self.read() as connection:
             return self.now(connection)
+
+
+def database_identity(url: URL) -> tuple[str, str | None]:
+    """Which database a URL names, as far as the URL can tell.
+
+    Two engines on one database may differ in driver, options and even host spelling
+    (``localhost`` / ``127.0.0.1``), so a server database is named by its backend and
+    database name only; a SQLite file by its real path.
+    """
+    database = url.database
+    if url.get_backend_name() == "sqlite" and database and database != ":memory:":
+        database = os.path.realpath(database)
+    return url.get_backend_name(), database
 
 
 class HasContext(Protocol):

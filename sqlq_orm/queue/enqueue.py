@@ -10,10 +10,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from sqlq_orm.core import validation
-from sqlq_orm.errors import (
-    InvalidInput,
-    SqlqError,
-)
+from sqlq_orm.errors import DedupeConflict, InvalidInput, SqlqError
 from sqlq_orm.queue.core import SYSTEM_ACTOR, QueueCore
 from sqlq_orm.queue.types import EnqueuedJob, JobSpec
 from sqlq_orm.schema.mixins import DEDUPE_KEY_MAX, QUEUE_MAX, REF_MAX, TYPE_MAX
@@ -87,7 +84,9 @@ class Enqueueing(QueueCore):
         ``payload`` is small JSON (capped at ``payload_max_bytes``); ``run_at`` (epoch
         seconds or an aware datetime) or ``delay`` (seconds) holds it back; higher
         ``priority`` runs first. With ``dedupe_key``, while an unfinished job has the
-        same key, that job is returned (``created=False``) instead of adding another.
+        same key, that job is returned (``created=False``) instead of adding another;
+        a key held by a job of another ``type`` or ``queue`` raises
+        :class:`~sqlq_orm.errors.DedupeConflict`.
         With ``session``, the job is written in the caller's transaction and commits or
         rolls back with it. Extra keyword arguments fill columns a host app added to
         its job model. Bad input raises :class:`~sqlq_orm.errors.InvalidInput` and
@@ -134,14 +133,23 @@ class Enqueueing(QueueCore):
         free: of two concurrent enqueues one inserts, the other waits for it and then
         conflicts. Under READ COMMITTED (and SQLite's single writer) the winner is
         visible to the lookup that follows. If that job finished in between (it left
-        the partial index), the key is free again, so insert once more.
+        the partial index), the key is free again, so insert once more. A key held by
+        a job of another type or queue raises :class:`~sqlq_orm.errors.DedupeConflict`.
         """
         for _ in range(_DEDUPE_ROUNDS):
             existing = connection.execute(
                 self.sql.find_active_by_dedupe_key, {"p_dedupe_key": params["p_dedupe_key"]}
-            ).scalar_one_or_none()
+            ).one_or_none()
             if existing is not None:
-                return int(existing), 0
+                wanted = (params["p_type"], params["p_queue"])
+                if (existing.type, existing.queue) != wanted:
+                    raise DedupeConflict(
+                        params["p_dedupe_key"],
+                        existing.id,
+                        (existing.type, existing.queue),
+                        wanted,
+                    )
+                return int(existing.id), 0
             job_id = connection.execute(statement, params).scalar_one_or_none()
             if job_id is not None:
                 return None, int(job_id)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import (
     and_,
     bindparam,
     case,
+    literal_column,
     null,
 )
 from sqlalchemy.sql.elements import ColumnElement
@@ -18,6 +20,20 @@ from sqlq_orm.schema.states import ACTIVE, HELD
 
 HELD_VALUES = sorted(s.value for s in HELD)
 ACTIVE_VALUES = sorted(s.value for s in ACTIVE)
+
+
+def status_in(column: ColumnElement[str], values: Sequence[str]) -> ColumnElement[bool]:
+    """``status IN ('A', 'B')`` with the statuses as literal SQL, not bound parameters.
+
+    psycopg prepares a statement after its fifth run on a connection; in the generic
+    plan, bound statuses can no longer prove that a row satisfies a partial index's
+    predicate, so ``ON CONFLICT (dedupe_key) WHERE status IN (...)`` stops matching the
+    partial unique index and fails. The values are our own enum constants.
+    """
+    for value in values:
+        if not value.isidentifier():
+            raise ValueError(f"status {value!r} cannot be inlined as SQL")
+    return column.in_([literal_column(f"'{value}'") for value in values])
 
 
 def lease_cleared() -> dict[str, Any]:

@@ -11,7 +11,7 @@ from sqlalchemy import (
     select,
 )
 
-from sqlq_orm.db.statements.base import ACTIVE_VALUES, StatementGroup
+from sqlq_orm.db.statements.base import ACTIVE_VALUES, StatementGroup, status_in
 from sqlq_orm.schema.states import JobStatus
 
 
@@ -26,9 +26,9 @@ class EnqueueStatements(StatementGroup):
         dialect = self.dialect
         # -- enqueue ---------------------------------------------------------------
         self.job_columns = frozenset(jobs.c.keys())
-        self.dedupe_where = and_(j.dedupe_key.is_not(None), j.status.in_(ACTIVE_VALUES))
-        self.find_active_by_dedupe_key = select(j.id).where(
-            j.dedupe_key == bindparam("p_dedupe_key"), j.status.in_(ACTIVE_VALUES)
+        self.dedupe_where = and_(j.dedupe_key.is_not(None), status_in(j.status, ACTIVE_VALUES))
+        self.find_active_by_dedupe_key = select(j.id, j.type, j.queue).where(
+            j.dedupe_key == bindparam("p_dedupe_key"), status_in(j.status, ACTIVE_VALUES)
         )
         self.default_max_retries = j.max_retries.default.arg  # type: ignore[union-attr]
         job_values = {

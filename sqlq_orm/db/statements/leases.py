@@ -12,7 +12,7 @@ from sqlalchemy import (
     update,
 )
 
-from sqlq_orm.db.statements.base import HELD_VALUES, StatementGroup, lease_cleared
+from sqlq_orm.db.statements.base import HELD_VALUES, StatementGroup, lease_cleared, status_in
 from sqlq_orm.schema.states import AttemptStatus, JobStatus
 
 
@@ -52,7 +52,7 @@ class LeasesStatements(StatementGroup):
             update(jobs)
             .where(
                 guard,
-                j.status.in_(HELD_VALUES),
+                status_in(j.status, HELD_VALUES),
                 or_(j.deadline_at.is_(None), j.deadline_at > now),
             )
             .values(heartbeat_at=now, lease_expires_at=now + bindparam("p_lease_seconds"))
@@ -124,7 +124,7 @@ class LeasesStatements(StatementGroup):
         )
         self.release = (
             update(jobs)
-            .where(guard, j.status.in_(HELD_VALUES))
+            .where(guard, status_in(j.status, HELD_VALUES))
             .values(status=JobStatus.QUEUED.value, run_at=now, **lease_cleared())
         )
         a = attempts.c

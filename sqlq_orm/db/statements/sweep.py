@@ -8,7 +8,7 @@ from sqlalchemy import (
     select,
 )
 
-from sqlq_orm.db.statements.base import HELD_VALUES, StatementGroup
+from sqlq_orm.db.statements.base import HELD_VALUES, StatementGroup, status_in
 from sqlq_orm.schema.states import JobStatus
 
 
@@ -33,7 +33,7 @@ class SweepStatements(StatementGroup):
         limit = bindparam("p_limit", type_=Integer)
         self.expired_leases = (
             select(*sweep_columns)
-            .where(j.status.in_(HELD_VALUES), j.lease_expires_at <= now)
+            .where(status_in(j.status, HELD_VALUES), j.lease_expires_at <= now)
             .limit(limit)
             .with_for_update(skip_locked=True)
         )
