@@ -15,6 +15,7 @@ import sqlalchemy
 from sqlalchemy.engine import Engine
 
 from sqlq_orm.db.backends import find_backend
+from sqlq_orm.errors import InvalidInput
 
 DEFAULT_BUSY_TIMEOUT_MS = 30_000
 """How long a SQLite connection waits for the write lock before giving up."""
@@ -70,3 +71,20 @@ def create_engine(
         parsed = parsed.set(drivername="postgresql+psycopg")
     engine = sqlalchemy.create_engine(parsed, **kwargs)
     return configure_engine(engine, busy_timeout_ms=busy_timeout_ms)
+
+
+def require_shared_database(engine: Engine, user: str) -> None:
+    """Refuse an engine whose connections would each see a different database.
+
+    An in-memory SQLite database (``sqlite://``, ``:memory:``) exists once per
+    connection: a worker's threads, each with a connection of its own, would each find
+    an empty database ("no such table"). ``user`` names who needs the sharing.
+    """
+    url = engine.url
+    backend = find_backend(engine)
+    if backend is not None and not backend.connections_share_database(url):
+        raise InvalidInput(
+            f"{user} needs a database its threads share, but "
+            f"{url.render_as_string(hide_password=True)!r} is an in-memory SQLite database, "
+            "which exists once per connection; use a file, e.g. sqlite:///queue.db"
+        )

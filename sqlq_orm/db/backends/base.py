@@ -13,7 +13,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.sql import FromClause, Select
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -38,6 +38,10 @@ def _no_hooks(engine: Engine, busy_timeout_ms: int) -> None:
 
 def _no_lock(connection: Connection) -> None:
     return None
+
+
+def _one_database_for_all(url: URL) -> bool:
+    return True
 
 
 def _always_enforced(connection: Connection) -> bool:
@@ -88,3 +92,6 @@ class Backend:
     """Turn foreign key enforcement off around a table rebuild, where it would cascade."""
     lock_for_migration: Callable[[Connection], None] = _no_lock
     """Serialise concurrent schema changes inside the migration transaction."""
+    connections_share_database: Callable[[URL], bool] = _one_database_for_all
+    """Whether every connection to this URL sees the same database (not so for an
+    in-memory SQLite database, which exists once per connection)."""

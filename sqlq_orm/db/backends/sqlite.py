@@ -153,4 +153,5 @@ BACKEND = Backend(
     foreign_keys_enforced=_foreign_keys_enforced,
     foreign_key_problems=_foreign_key_problems,
     suspend_foreign_keys=_suspend_foreign_keys,
+    connections_share_database=is_file,
 )
