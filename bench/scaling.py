@@ -8,7 +8,7 @@
   same sweep on an empty database.
 - every stats query at that size. Target: < 250 ms each. ``counts_by_status`` is set
   beside the same SQL run raw; the observability queries
-  (:class:`sqlq_orm.ops.stats.collect.StatsQueries`) and the whole ``collect_stats``
+  (:class:`sqlq_orm.ops.stats.StatsQueries`) and the whole ``collect_stats``
   report are timed on their own.
 
 The history is written with one raw ``INSERT ... SELECT`` (see :mod:`bench.fill`).
@@ -68,7 +68,7 @@ def _stats_cases(queue: sqlq_orm.Queue) -> dict[str, Callable[[], Any]]:
     """Every stats read that exists in this tree, by name."""
     cases: dict[str, Callable[[], Any]] = {"counts_by_status": queue.counts_by_status}
     try:
-        from sqlq_orm.ops.stats import collect as observability
+        from sqlq_orm.ops import stats as observability
     except ImportError:
         return cases
     queries = getattr(observability, "StatsQueries", None)

@@ -23,7 +23,8 @@ from sqlq_orm.errors import (
 )
 from sqlq_orm.ops import invariants
 from sqlq_orm.ops.retention import PruneResult, RetentionPolicy
-from sqlq_orm.ops.stats.collect import JobTimeline, QueueStats, job_timeline
+from sqlq_orm.ops.stats import QueueStats
+from sqlq_orm.ops.timeline import JobTimeline, job_timeline
 from sqlq_orm.queue.queue import Queue
 from sqlq_orm.queue.types import EnqueuedJob, JobSpec, SweepResult
 from sqlq_orm.schema.mixins import JobAttemptMixin, JobEventMixin, JobMixin, WorkerMixin

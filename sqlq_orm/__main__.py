@@ -2,7 +2,7 @@
 
 import sys
 
-from sqlq_orm.cli.commands import main
+from sqlq_orm.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

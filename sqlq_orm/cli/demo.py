@@ -24,9 +24,11 @@ from typing import TextIO
 
 from sqlalchemy import func, select
 
+from sqlq_orm.cli.connect import migrate_schema
 from sqlq_orm.db.engine import create_engine
-from sqlq_orm.ops.render import stats_text as report
-from sqlq_orm.ops.stats import collect as observability
+from sqlq_orm.ops import render as report
+from sqlq_orm.ops.stats import collect_stats
+from sqlq_orm.ops.timeline import job_timeline
 from sqlq_orm.queue.queue import Queue
 from sqlq_orm.queue.types import JobSpec
 from sqlq_orm.schema.states import ACTIVE, JobStatus
@@ -260,8 +262,6 @@ def run_demo(
     out: TextIO | None = None,
 ) -> int:
     """Run the demo; print its story and report to ``out``; return 0 if it all happened."""
-    from sqlq_orm.cli.commands import migrate_schema
-
     out = out or sys.stdout
     say = _Narrator(out)
     if jobs < 2 or workers < 1:
@@ -325,7 +325,7 @@ def run_demo(
         pool.stop(grace=3)
 
     counts = queue.counts_by_status()
-    stats = observability.collect_stats(queue, top_n=10)
+    stats = collect_stats(queue, top_n=10)
     say.section(
         "Jobs by status",
         report.table(
@@ -346,10 +346,10 @@ def run_demo(
     say.section(
         f"Job {victim.id} ({victim.type}): its worker was SIGKILLed mid-run; the sweeper "
         f"recovered it (now {victim.status})",
-        report.render_timeline_text(observability.job_timeline(queue, victim.id)),
+        report.render_timeline_text(job_timeline(queue, victim.id)),
     )
     poison = queue.get_job(plan.poison)
-    poison_view = report.render_timeline_text(observability.job_timeline(queue, poison.id))
+    poison_view = report.render_timeline_text(job_timeline(queue, poison.id))
     say.section(
         f"Job {poison.id} ({poison.type}): the poison job killed {poison.attempt_count} "
         f"worker(s) and ended {poison.status} ({poison.error_code})",

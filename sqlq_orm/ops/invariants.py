@@ -12,14 +12,15 @@ ignore them, and a checker that trusts the thing it checks proves nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import Table, and_, func, or_, select
 from sqlalchemy.engine import Connection, Engine
 
+from sqlq_orm.db.context import HasContext, QueueContext, context_of
+from sqlq_orm.errors import InvalidInput
 from sqlq_orm.schema.states import (
     ACTIVE,
     ANNOTATIONS,
@@ -31,9 +32,6 @@ from sqlq_orm.schema.states import (
     Event,
     JobStatus,
 )
-
-if TYPE_CHECKING:
-    from sqlq_orm.queue.queue import Queue
 
 INVARIANTS: dict[str, str] = {
     "held_job_has_lease": (
@@ -89,16 +87,17 @@ class Violation:
         return f"job {self.job_id}: {self.invariant}: {self.detail}"
 
 
-def check(target: Queue | Engine) -> list[Violation]:
+def check(target: QueueContext | HasContext | Engine) -> list[Violation]:
     """Return every invariant violation in the database (an empty list when healthy).
 
-    ``target`` is a :class:`~sqlq_orm.queue.queue.Queue` (its models and tables are used)
-    or an :class:`~sqlalchemy.engine.Engine` holding the default ``sqlq_*`` tables.
+    ``target`` is a :class:`~sqlq_orm.Queue` or its
+    :class:`~sqlq_orm.db.context.QueueContext` (its models and tables are used), or an
+    :class:`~sqlalchemy.engine.Engine` holding the default ``sqlq_*`` tables.
     Read-only: one snapshot, no write lock, nothing written.
     """
-    queue = _as_queue(target)
-    tables = queue.tables
-    with _snapshot(queue) as connection:
+    context = _context(target)
+    tables = context.tables
+    with context.snapshot() as connection:
         violations: list[Violation] = []
         for name, query in _row_checks(tables.jobs, tables.attempts, tables.events):
             for row in connection.execute(query):
@@ -108,21 +107,13 @@ def check(target: Queue | Engine) -> list[Violation]:
     return violations
 
 
-def _as_queue(target: Queue | Engine) -> Queue:
-    from sqlq_orm.queue.queue import Queue
-
-    if isinstance(target, Queue):
-        return target
+def _context(target: QueueContext | HasContext | Engine) -> QueueContext:
     if isinstance(target, Engine):
-        return Queue(target)
-    raise TypeError(f"check() needs a Queue or an Engine, got {target!r}")
-
-
-@contextmanager
-def _snapshot(queue: Queue) -> Iterator[Connection]:
-    engine = queue.engine.execution_options(**queue.dialect.snapshot_options)
-    with engine.connect() as connection, connection.begin():
-        yield connection
+        return QueueContext(target)
+    try:
+        return context_of(target)
+    except InvalidInput:
+        raise TypeError(f"check() needs a Queue or an Engine, got {target!r}") from None
 
 
 def _describe(row: Any) -> str:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import Delete, delete, func, select
 from sqlalchemy.engine import Connection
@@ -33,12 +33,10 @@ from sqlalchemy.sql import Select
 
 from sqlq_orm.core import validation
 from sqlq_orm.db import maintenance
-from sqlq_orm.db.statements import Tables
+from sqlq_orm.db.context import HasContext, QueueContext, context_of
+from sqlq_orm.db.tables import Tables
 from sqlq_orm.errors import InvalidInput, SqlqError
 from sqlq_orm.schema.states import Event, JobStatus
-
-if TYPE_CHECKING:
-    from sqlq_orm.queue.queue import Queue
 
 log = logging.getLogger("sqlq_orm")
 
@@ -211,11 +209,6 @@ class PruneQueries:
         ]
 
 
-def _read_now(queue: Queue) -> int:
-    with queue.read() as connection:
-        return int(connection.execute(select(queue.clock.sql_now())).scalar_one())
-
-
 def _require_cascade(connection: Connection) -> None:
     if not maintenance.foreign_keys_enforced(connection):
         raise SqlqError(
@@ -227,7 +220,7 @@ def _require_cascade(connection: Connection) -> None:
 
 
 def prune(
-    queue: Queue,
+    queue: QueueContext | HasContext,
     policy: RetentionPolicy | None = None,
     *,
     batch_size: int = DEFAULT_BATCH_SIZE,
@@ -249,18 +242,19 @@ def prune(
     batch_size = validation.require_int("batch_size", batch_size, minimum=1)
     if max_batches is not None:
         max_batches = validation.require_int("max_batches", max_batches, minimum=1)
-    q = PruneQueries(queue.tables)
-    now = _read_now(queue)
+    context = context_of(queue)
+    q = PruneQueries(context.tables)
+    now = context.read_now()
     cutoffs = {status.value: policy.cutoff(status, now) for status in policy.statuses()}
     heartbeat_cutoff = _cutoff(policy.heartbeat_event_days, now)
     worker_cutoff = _cutoff(policy.worker_days, now)
 
     if dry_run:
-        return _count_due(queue, q, now, cutoffs, heartbeat_cutoff, worker_cutoff)
+        return _count_due(context, q, now, cutoffs, heartbeat_cutoff, worker_cutoff)
 
     workers = 0
     if worker_cutoff is not None:
-        with queue.engine.begin() as connection:
+        with context.engine.begin() as connection:
             workers = connection.execute(q.delete_workers(worker_cutoff)).rowcount
 
     deleted = dict.fromkeys(cutoffs, 0)
@@ -278,7 +272,7 @@ def prune(
             if not budget_left():
                 complete = False
                 break
-            with queue.engine.begin() as connection:
+            with context.engine.begin() as connection:
                 _require_cascade(connection)
                 count = connection.execute(q.delete_jobs(status, cutoff, batch_size)).rowcount
             if count:
@@ -293,7 +287,7 @@ def prune(
             if not budget_left():
                 complete = False
                 break
-            with queue.engine.begin() as connection:
+            with context.engine.begin() as connection:
                 ids = (
                     connection.execute(q.delete_heartbeats(after_id, heartbeat_cutoff, batch_size))
                     .scalars()
@@ -326,14 +320,14 @@ def prune(
 
 
 def _count_due(
-    queue: Queue,
+    context: QueueContext,
     q: PruneQueries,
     now: int,
     cutoffs: dict[str, int | None],
     heartbeat_cutoff: int | None,
     worker_cutoff: int | None,
 ) -> PruneResult:
-    with queue.read() as connection:
+    with context.read() as connection:
         jobs = {
             status: 0
             if cutoff is None
@@ -373,7 +367,7 @@ class MaintenanceResult:
 
 
 def run_maintenance(
-    queue: Queue, *, checkpoint: bool = False, vacuum: bool = False
+    queue: QueueContext | HasContext, *, checkpoint: bool = False, vacuum: bool = False
 ) -> list[MaintenanceResult]:
     """Run the database's own upkeep for the queue's tables; each task is opt-in.
 
@@ -385,16 +379,17 @@ def run_maintenance(
     ``VACUUM (ANALYZE)`` of the four queue tables (space reusable, statistics fresh).
     Statements run outside any transaction, as both databases require.
     """
-    tables = queue.tables
+    context = context_of(queue)
+    tables = context.tables
     queue_tables = [tables.jobs, tables.attempts, tables.events, tables.workers]
     results = []
     for task, wanted in (("checkpoint", checkpoint), ("vacuum", vacuum)):
         if not wanted:
             continue
-        plan = maintenance.maintenance_statement(queue.engine, task, queue_tables)
+        plan = maintenance.maintenance_statement(context.engine, task, queue_tables)
         output: list[list[Any]] = []
         if plan.sql is not None:
-            rows = maintenance.run_outside_transaction(queue.engine, plan.sql)
+            rows = maintenance.run_outside_transaction(context.engine, plan.sql)
             output = [list(row) for row in rows]
             log.info("maintenance: %s ran %s -> %s", task, plan.sql, output)
         results.append(

@@ -7,8 +7,10 @@ behalf of a lease is fenced by the lease token and raises
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
+from sqlq_orm.ops import retention
+from sqlq_orm.ops.retention import PruneResult, RetentionPolicy
+from sqlq_orm.ops.stats import QueueStats, collect_stats
 from sqlq_orm.queue.admin import Administration
 from sqlq_orm.queue.claiming import Claiming
 from sqlq_orm.queue.enqueue import Enqueueing
@@ -38,17 +40,15 @@ class Queue(Enqueueing, Claiming, LeaseCalls, Sweeping, Administration, WorkerRe
         stuck_limit: int = 10,
         windows: Sequence[int] = (300, 3600),
         worker_stale_seconds: int = 60,
-        policy: Any = None,
-    ) -> Any:
+        policy: RetentionPolicy | None = None,
+    ) -> QueueStats:
         """Counts, stuck jobs, retries, failure reasons, latency, throughput, retention.
 
         Read-only (never takes SQLite's write lock); returns
-        :class:`~sqlq_orm.ops.stats.collect.QueueStats`. See
+        :class:`~sqlq_orm.ops.stats.views.QueueStats`. See
         :func:`sqlq_orm.ops.stats.collect.collect_stats` for the arguments.
         """
-        from sqlq_orm.ops.stats import collect as observability
-
-        return observability.collect_stats(
+        return collect_stats(
             self,
             top_n=top_n,
             stuck_limit=stuck_limit,
@@ -59,20 +59,18 @@ class Queue(Enqueueing, Claiming, LeaseCalls, Sweeping, Administration, WorkerRe
 
     def prune(
         self,
-        policy: Any = None,
+        policy: RetentionPolicy | None = None,
         *,
         batch_size: int = 5000,
         max_batches: int | None = None,
         dry_run: bool = False,
-    ) -> Any:
+    ) -> PruneResult:
         """Delete finished jobs past their retention, in batches; return counts per status.
 
         ``policy`` is a :class:`~sqlq_orm.ops.retention.RetentionPolicy` (default: 30 days
         SUCCEEDED and CANCELLED, 90 days FAILED). Returns
         :class:`~sqlq_orm.ops.retention.PruneResult`; see :func:`sqlq_orm.ops.retention.prune`.
         """
-        from sqlq_orm.ops import retention
-
         return retention.prune(
             self, policy, batch_size=batch_size, max_batches=max_batches, dry_run=dry_run
         )

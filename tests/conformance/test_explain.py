@@ -19,7 +19,8 @@ from sqlalchemy import event, select
 from sqlalchemy.engine import Engine
 
 from sqlq_orm.ops.retention import PruneQueries
-from sqlq_orm.ops.stats.collect import StatsQueries, TimelineQueries
+from sqlq_orm.ops.stats import StatsQueries
+from sqlq_orm.ops.timeline import TimelineQueries
 from tests.conformance.test_observability import NOW
 
 QUEUE_TABLES = "sqlq_jobs|sqlq_job_attempts|sqlq_job_events"

@@ -13,9 +13,9 @@ from sqlalchemy import insert
 
 import sqlq_orm
 from sqlq_orm.errors import InvalidInput, JobNotFound
-from sqlq_orm.ops.render import stats_text as report
-from sqlq_orm.ops.stats import collect as observability
-from sqlq_orm.ops.stats.collect import WorkerState, percentile_rank
+from sqlq_orm.ops import render as report
+from sqlq_orm.ops import timeline as observability
+from sqlq_orm.ops.stats import WorkerState, percentile_rank
 from tests.support.factories import JobAttemptFactory, JobEventFactory, JobFactory, WorkerFactory
 
 NOW = 1_700_000_000

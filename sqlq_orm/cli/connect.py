@@ -1,0 +1,83 @@
+"""Which database the CLI talks to, and how: the URL, the engine, the schema, the queue.
+
+The database comes from ``--db URL``, else ``$SQLQ_DATABASE_URL``, else the SQLite file
+``sqlq.db`` in the working directory. Every failure here is a :class:`CommandError`
+whose message is shown as is, on one line.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import sqlalchemy
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+from sqlq_orm.core.backoff import RetryPolicy
+from sqlq_orm.db.engine import create_engine
+from sqlq_orm.errors import SqlqError
+from sqlq_orm.queue.queue import Queue
+
+DEFAULT_DB_URL = "sqlite:///sqlq.db"
+DB_ENV_VAR = "SQLQ_DATABASE_URL"
+
+
+class CommandError(SqlqError):
+    """A command could not do what was asked; the message is shown as is."""
+
+
+def database_url(db: str | None) -> str:
+    """The URL to use: ``--db``, else ``$SQLQ_DATABASE_URL``, else ``sqlq.db`` here."""
+    return db or os.environ.get(DB_ENV_VAR) or DEFAULT_DB_URL
+
+
+def shown_url(url: str) -> str:
+    """The URL as it may be printed: password hidden (quoted as is if it does not parse)."""
+    try:
+        return sqlalchemy.make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return repr(url)
+
+
+def open_engine(db: str | None, **kwargs: Any) -> Engine:
+    """An engine for the chosen database, with a clear error for a bad URL."""
+    url = database_url(db)
+    try:
+        return create_engine(url, **kwargs)
+    except NoSuchModuleError:
+        raise CommandError(
+            f"unsupported database URL {shown_url(url)}: sqlq_orm supports sqlite:// and "
+            "postgresql:// (install sqlq_orm[postgres] for PostgreSQL)"
+        ) from None
+    except ArgumentError as exc:
+        raise CommandError(
+            f"invalid database URL {url!r} ({exc}); expected e.g. sqlite:///sqlq.db or "
+            "postgresql://user@host/dbname"
+        ) from None
+
+
+def migrate_schema(engine: Engine) -> str:
+    """Bring the schema to the newest revision with the packaged Alembic migrations."""
+    from sqlq_orm.migrate import current, upgrade
+
+    upgrade(engine)
+    return f"schema at revision {', '.join(sorted(current(engine)))} (newest)"
+
+
+def open_queue(db: str | None, *, retry_base: float | None = None, **engine_kwargs: Any) -> Queue:
+    """A :class:`Queue` on the chosen database, after checking its tables exist."""
+    engine = open_engine(db, **engine_kwargs)
+    retry_policy = None
+    if retry_base is not None:
+        retry_policy = RetryPolicy(base_seconds=retry_base, max_seconds=max(retry_base, 3600.0))
+    queue = Queue(engine, retry_policy=retry_policy)
+    jobs_table = queue.tables.jobs
+    with queue.read() as connection:
+        exists = sqlalchemy.inspect(connection).has_table(jobs_table.name, schema=jobs_table.schema)
+    if not exists:
+        raise CommandError(
+            f"the database {shown_url(database_url(db))} has no {jobs_table.name} table; "
+            "run `sqlq migrate` first"
+        )
+    return queue

@@ -1,0 +1,197 @@
+"""The ``sqlq`` argument parser: it only maps the command line onto the command functions.
+
+Each sub-command's ``command`` default is its function in :mod:`sqlq_orm.cli.commands`,
+and every argument's ``dest`` names one of that function's parameters;
+:func:`call_command` passes along exactly the parameters the function takes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from sqlq_orm.cli.commands import (
+    cancel,
+    check,
+    demo,
+    enqueue,
+    maintenance,
+    migrate,
+    prune,
+    retry,
+    show,
+    stats,
+    sweep,
+    worker,
+)
+from sqlq_orm.cli.connect import DB_ENV_VAR, DEFAULT_DB_URL
+
+
+def parse_interval(text: str) -> float | tuple[float, float]:
+    """``"10-30"`` (a range to draw from) or ``"5"`` (seconds)."""
+    low, sep, high = text.partition("-")
+    try:
+        if sep:
+            return (float(low), float(high))
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected seconds like 5 or a range like 10-30, got {text!r}"
+        ) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser; each sub-command's ``command`` default is its function."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--db",
+        default=argparse.SUPPRESS,
+        metavar="URL",
+        help=f"database URL (default: ${DB_ENV_VAR}, else {DEFAULT_DB_URL})",
+    )
+    common.add_argument(
+        "-v", "--verbose", action="count", default=argparse.SUPPRESS, help="log more (repeatable)"
+    )
+    parser = argparse.ArgumentParser(
+        prog="sqlq",
+        description="A job queue inside your application's database.",
+        parents=[common],
+    )
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+
+    def add(name: str, function: Callable[..., int], **kwargs: Any) -> argparse.ArgumentParser:
+        doc = (function.__doc__ or "").strip().splitlines()[0]
+        sub = commands.add_parser(name, help=doc, description=doc, parents=[common], **kwargs)
+        sub.set_defaults(command=function)
+        return sub
+
+    add("migrate", migrate)
+
+    p = add("enqueue", enqueue)
+    p.add_argument("job_type", metavar="TYPE", help="job type (the handler's name)")
+    p.add_argument("--payload", metavar="JSON", help="payload as JSON text")
+    p.add_argument("--queue", default="default", help="queue name (default: default)")
+    p.add_argument("--priority", type=int, default=0, help="higher runs first (default 0)")
+    p.add_argument("--delay", type=float, metavar="SECONDS", help="do not run before this delay")
+    p.add_argument("--max-retries", type=int, metavar="N", help="retries after a failure")
+    p.add_argument("--max-runtime", type=int, metavar="SECONDS", help="end the run after this")
+    p.add_argument("--dedupe-key", metavar="KEY", help="no second unfinished job with this key")
+    p.add_argument("--payload-ref", metavar="REF", help="pointer to large input kept elsewhere")
+
+    p = add("worker", worker)
+    p.add_argument(
+        "--handlers", required=True, metavar="MODULE:REGISTRY",
+        help="where the HandlerRegistry lives, e.g. myapp.jobs:registry",
+    )  # fmt: skip
+    p.add_argument(
+        "--queue", dest="queues", action="append", metavar="NAME",
+        help="queue to serve (repeatable; default: default)",
+    )  # fmt: skip
+    p.add_argument("--concurrency", type=int, default=1, help="jobs at once (default 1)")
+    p.add_argument("--lease", type=int, default=30, metavar="SECONDS", help="lease (default 30)")
+    p.add_argument("--heartbeat", type=float, metavar="SECONDS", help="default: lease / 3")
+    p.add_argument("--poll", type=float, default=1.0, metavar="SECONDS", help="idle poll (1)")
+    p.add_argument(
+        "--grace", type=float, default=30.0, metavar="SECONDS",
+        help="on SIGTERM, time running jobs get to finish before release (default 30)",
+    )  # fmt: skip
+    p.add_argument(
+        "--sweep-interval", type=parse_interval, default=(10.0, 30.0), metavar="SECONDS",
+        help="in-worker sweeper interval, e.g. 5 or 10-30 (default 10-30, jittered)",
+    )  # fmt: skip
+    p.add_argument("--no-sweep", action="store_true", help="do not run the sweeper here")
+    p.add_argument("--worker-id", metavar="ID", help="default: hostname:pid:random")
+    p.add_argument("--burst", action="store_true", help="exit once nothing is left to do")
+    p.add_argument(
+        "--retry-base", type=float, metavar="SECONDS",
+        help="first retry delay for failures this worker records (default 10, doubling)",
+    )  # fmt: skip
+
+    p = add("sweep", sweep)
+    p.add_argument("--loop", action="store_true", help="keep sweeping until SIGTERM/SIGINT")
+    p.add_argument(
+        "--interval", type=parse_interval, default=(10.0, 30.0), metavar="SECONDS",
+        help="with --loop: seconds between sweeps, e.g. 15 or 10-30 (default 10-30)",
+    )  # fmt: skip
+    p.add_argument("--retry-base", type=float, metavar="SECONDS", help="first retry delay")
+
+    def add_output(sub: argparse.ArgumentParser, *formats: str) -> None:
+        sub.add_argument(
+            "--json", dest="output", action="store_const", const="json", default="text",
+            help="print JSON for machines",
+        )  # fmt: skip
+        if formats:
+            sub.add_argument(
+                "--format", dest="output", choices=["text", "json", *formats],
+                help="output format (default: text)",
+            )  # fmt: skip
+
+    p = add("stats", stats)
+    add_output(p, "prometheus")
+    p.add_argument(
+        "--watch", type=float, metavar="SECONDS", help="redraw every SECONDS until Ctrl-C"
+    )
+    p.add_argument("--top", type=int, default=10, metavar="N", help="failure reasons (10)")
+    p.add_argument(
+        "--worker-stale", type=int, default=60, metavar="SECONDS",
+        help="a worker not seen for this long is reported silent (default 60)",
+    )  # fmt: skip
+
+    for name, function in (("show", show), ("cancel", cancel), ("retry", retry)):
+        p = add(name, function)
+        p.add_argument("job_id", type=int, metavar="JOB_ID")
+        if name == "cancel":
+            p.add_argument("--reason", help="recorded on the CANCELLED event")
+        if name == "show":
+            add_output(p)
+
+    p = add("check", check)
+    add_output(p)
+
+    p = add("prune", prune)
+    p.add_argument("--dry-run", action="store_true", help="count what is due; delete nothing")
+    p.add_argument(
+        "--batch", type=int, default=5000, metavar="N", help="jobs per transaction (5000)"
+    )
+    p.add_argument(
+        "--max-batches", type=int, metavar="N",
+        help="stop after N delete transactions (run again to continue)",
+    )  # fmt: skip
+    for option, default in (
+        ("succeeded", 30), ("failed", 90), ("cancelled", 30), ("heartbeat", -1), ("worker", 7),
+    ):  # fmt: skip
+        what = {"heartbeat": "HEARTBEAT events", "worker": "workers not seen"}.get(
+            option, f"{option.upper()} jobs"
+        )
+        p.add_argument(
+            f"--{option}-days", type=int, metavar="N",
+            help=f"keep {what} N days; -1 keeps forever (default {default})",
+        )  # fmt: skip
+    add_output(p)
+
+    p = add("maintenance", maintenance)
+    p.add_argument(
+        "--checkpoint", action="store_true",
+        help="SQLite: PRAGMA wal_checkpoint(TRUNCATE) (copy the WAL back, truncate it)",
+    )  # fmt: skip
+    p.add_argument(
+        "--vacuum", action="store_true",
+        help="SQLite: VACUUM, rewrites the file (exclusive lock: off-peak only); "
+        "PostgreSQL: VACUUM (ANALYZE) of the queue tables",
+    )  # fmt: skip
+
+    p = add("demo", demo)
+    p.add_argument("--path", metavar="DIR", help="directory for the demo database (default: temp)")
+    p.add_argument("--jobs", type=int, default=300, help="how many jobs (default 300)")
+    p.add_argument("--workers", type=int, default=3, help="worker processes (default 3)")
+    return parser
+
+
+def call_command(function: Callable[..., int], args: argparse.Namespace) -> int:
+    """Call a command function with the parsed arguments named like its parameters."""
+    values = vars(args)
+    values.setdefault("db", None)  # --db is optional everywhere
+    wanted = inspect.signature(function).parameters
+    return function(**{name: values[name] for name in wanted if name in values})

@@ -1,0 +1,118 @@
+"""One job's timeline (``sqlq show``): its state, its attempts, every event, as text or JSON."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from sqlq_orm.ops.render.text import Paint, human_seconds, table, to_json, utc
+from sqlq_orm.ops.timeline import JobTimeline
+
+
+def timeline_to_dict(timeline: JobTimeline) -> dict[str, Any]:
+    """A job's timeline as JSON-ready data."""
+    return dataclasses.asdict(timeline)
+
+
+def render_timeline_json(timeline: JobTimeline) -> str:
+    return to_json(timeline_to_dict(timeline))
+
+
+def _detail_text(detail: Any, limit: int = 80) -> str:
+    if detail is None:
+        return ""
+    if isinstance(detail, dict):
+        text = " ".join(f"{k}={v}" for k, v in detail.items())
+    else:
+        text = str(detail)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _offset(ts: int | None, origin: int) -> str:
+    if ts is None:
+        return "-"
+    return ("+" if ts >= origin else "") + human_seconds(ts - origin)
+
+
+def render_timeline_text(timeline: JobTimeline, *, color: bool = False) -> str:
+    """One job at a glance: its state, its attempts, then every event in order."""
+    paint = Paint(color)
+    job, now = timeline.job, timeline.now
+    origin = job.created_at
+    payload = (
+        json.dumps(job.payload, ensure_ascii=False, separators=(",", ":"))
+        if not isinstance(job.payload, str)
+        else job.payload
+    )
+    if len(payload) > 200:
+        payload = payload[:199] + "…"
+    max_runtime = "-" if job.max_runtime_seconds is None else f"{job.max_runtime_seconds}s"
+    lines = [
+        f"{paint(f'job {job.id}', 'bold')}  type={job.type}  queue={job.queue}  "
+        f"status={paint.status(job.status)}  priority={job.priority}",
+        f"  created {utc(job.created_at)} ({human_seconds(now - job.created_at)} ago)   "
+        f"run_at {_offset(job.run_at, origin)}   started {_offset(job.started_at, origin)}   "
+        f"finished {_offset(job.finished_at, origin)}",
+        f"  attempts {job.attempt_count}   retries {job.retry_count}/{job.max_retries}   "
+        f"max_runtime {max_runtime}",
+        f"  payload {payload}",
+    ]
+    if job.payload_ref or job.result_ref:
+        lines.append(f"  payload_ref {job.payload_ref or '-'}   result_ref {job.result_ref or '-'}")
+    if job.dedupe_key:
+        lines.append(f"  dedupe_key {job.dedupe_key}")
+    if job.error_code:
+        lines.append(
+            f"  error {paint(job.error_code, 'red')}: {job.error_detail or ''}".rstrip(" :")
+        )
+    if timeline.worker_state is not None:
+        state = paint.status(timeline.worker_state.value)
+        seen = ""
+        if timeline.worker is not None:
+            w = timeline.worker
+            seen = f", {w.hostname} pid {w.pid}, seen {human_seconds(w.seen_seconds_ago)} ago"
+        lease = "-"
+        if job.lease_expires_at is not None:
+            left = job.lease_expires_at - now
+            lease = (
+                paint(f"EXPIRED {human_seconds(-left)} ago", "red")
+                if left <= 0
+                else f"{human_seconds(left)} left"
+            )
+        heartbeat = (
+            "-" if job.heartbeat_at is None else f"{human_seconds(now - job.heartbeat_at)} ago"
+        )
+        lines.append(
+            f"  held by {job.claimed_by} ({state}{seen})   last heartbeat {heartbeat}   "
+            f"lease {lease}"
+        )
+    parts = ["\n".join(lines)]
+    if timeline.attempts:
+        rows = [
+            [
+                a.attempt,
+                paint.status(a.status),
+                a.worker_id,
+                _offset(a.started_at, origin),
+                human_seconds(a.duration_seconds)
+                + ("" if a.finished_at is not None else " so far"),
+                " ".join(x for x in (a.error_code, a.error_detail) if x),
+            ]
+            for a in timeline.attempts
+        ]
+        parts.append(
+            paint("attempts", "bold")
+            + "\n"
+            + table(["#", "STATUS", "WORKER", "STARTED", "TOOK", "ERROR"], rows, right=(0,))
+        )
+    rows = [
+        [utc(e.ts), _offset(e.ts, origin), paint.status(e.event), e.actor, _detail_text(e.detail)]
+        for e in timeline.events
+    ]
+    parts.append(
+        paint("timeline", "bold")
+        + "\n"
+        + (table(["TIME", "T+", "EVENT", "ACTOR", "DETAIL"], rows) if rows else "  no events")
+    )
+    return "\n\n".join(parts)

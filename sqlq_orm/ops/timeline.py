@@ -1,0 +1,237 @@
+"""One job's story for ``sqlq show``: its state, its attempts, its events, its worker.
+
+:func:`job_timeline` reads them in one snapshot
+(:meth:`QueueContext.snapshot() <sqlq_orm.db.context.QueueContext.snapshot>`), with
+"now" read once from the queue's clock; :class:`TimelineQueries` holds the statements
+(each on a key or an index, checked by ``tests/test_explain.py``). The lease token is
+never read.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.sql import Select
+
+from sqlq_orm.core import validation
+from sqlq_orm.db.context import HasContext, QueueContext, context_of
+from sqlq_orm.db.tables import Tables
+from sqlq_orm.errors import JobNotFound
+from sqlq_orm.ops.stats.queries import HELD_VALUES
+from sqlq_orm.ops.stats.views import (
+    DEFAULT_WORKER_STALE_SECONDS,
+    WorkerState,
+    WorkerView,
+    worker_state,
+)
+
+
+@dataclass(frozen=True)
+class JobView:
+    """A job's current state as ``sqlq show`` prints it (never its lease token)."""
+
+    id: int
+    queue: str
+    type: str
+    status: str
+    priority: int
+    payload: Any
+    """Decoded JSON (the raw text if it does not decode)."""
+    payload_ref: str | None
+    result_ref: str | None
+    dedupe_key: str | None
+    created_at: int
+    run_at: int
+    claimed_at: int | None
+    started_at: int | None
+    heartbeat_at: int | None
+    lease_expires_at: int | None
+    deadline_at: int | None
+    finished_at: int | None
+    claimed_by: str | None
+    attempt_count: int
+    retry_count: int
+    max_retries: int
+    max_runtime_seconds: int | None
+    error_code: str | None
+    error_detail: str | None
+
+
+@dataclass(frozen=True)
+class AttemptView:
+    """One run of the job."""
+
+    attempt: int
+    worker_id: str | None
+    status: str
+    started_at: int
+    finished_at: int | None
+    duration_seconds: int | None
+    """``finished_at - started_at``; for an open attempt, how long it has run so far."""
+    error_code: str | None
+    error_detail: str | None
+
+
+@dataclass(frozen=True)
+class EventView:
+    """One entry of the job's timeline."""
+
+    ts: int
+    event: str
+    actor: str
+    detail: Any
+    """Decoded JSON detail (the raw text if it does not decode, None if absent)."""
+
+
+@dataclass(frozen=True)
+class JobTimeline:
+    """Everything known about one job, as of ``now``."""
+
+    now: int
+    job: JobView
+    attempts: list[AttemptView]
+    events: list[EventView]
+    worker: WorkerView | None
+    """The worker holding the job, if it is held and the worker is registered."""
+    worker_state: WorkerState | None
+    """None when nobody holds the job."""
+
+
+_JOB_VIEW_COLUMNS = [name for name in JobView.__dataclass_fields__]
+
+
+class TimelineQueries:
+    """The statements behind :func:`job_timeline`, each on a key or an index."""
+
+    def __init__(self, tables: Tables) -> None:
+        self.tables = tables
+
+    def job(self, job_id: int) -> Select[Any]:
+        """By primary key; the lease token is never selected."""
+        j = self.tables.jobs.c
+        return select(*(j[name] for name in _JOB_VIEW_COLUMNS)).where(j.id == job_id)
+
+    def attempts(self, job_id: int) -> Select[Any]:
+        """On ``uq_*_job_attempt`` (job_id, attempt)."""
+        a = self.tables.attempts.c
+        return (
+            select(
+                a.attempt,
+                a.worker_id,
+                a.status,
+                a.started_at,
+                a.finished_at,
+                a.error_code,
+                a.error_detail,
+            )
+            .where(a.job_id == job_id)
+            .order_by(a.attempt)
+        )
+
+    def events(self, job_id: int) -> Select[Any]:
+        """On ``ix_*_job_ts`` (job_id, ts)."""
+        e = self.tables.events.c
+        return (
+            select(e.ts, e.event, e.actor, e.detail).where(e.job_id == job_id).order_by(e.ts, e.id)
+        )
+
+    def worker(self, worker_id: str) -> Select[Any]:
+        w = self.tables.workers.c
+        return select(
+            w.id, w.hostname, w.pid, w.queues, w.concurrency, w.started_at, w.last_seen_at
+        ).where(w.id == worker_id)
+
+    def held_by(self, worker_id: str) -> Select[Any]:
+        """The held set (small) through a status-leading index."""
+        j = self.tables.jobs.c
+        return select(func.count()).where(j.status.in_(HELD_VALUES), j.claimed_by == worker_id)
+
+    def all(self) -> list[tuple[str, Any]]:
+        """Every statement :func:`job_timeline` runs, named, for ``EXPLAIN`` tests."""
+        return [
+            ("show.job", self.job(1)),
+            ("show.attempts", self.attempts(1)),
+            ("show.events", self.events(1)),
+            ("show.held_by", self.held_by("w-1")),
+        ]
+
+
+def _decode(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def job_timeline(
+    queue: QueueContext | HasContext,
+    job_id: int,
+    *,
+    worker_stale_seconds: int = DEFAULT_WORKER_STALE_SECONDS,
+) -> JobTimeline:
+    """Return job ``job_id`` with its attempts, its events and the worker holding it.
+
+    ``queue`` is a :class:`~sqlq_orm.Queue` or its
+    :class:`~sqlq_orm.db.context.QueueContext`.
+
+    Raises :class:`~sqlq_orm.errors.JobNotFound` when there is no such job.
+    """
+    validation.require_int("job_id", job_id)
+    context = context_of(queue)
+    q = TimelineQueries(context.tables)
+    with context.snapshot() as connection:
+        now = context.now(connection)
+        row = connection.execute(q.job(job_id)).one_or_none()
+        if row is None:
+            raise JobNotFound(job_id)
+        values = dict(row._mapping)
+        values["payload"] = _decode(values["payload"])
+        job = JobView(**values)
+        attempts = [
+            AttemptView(
+                attempt=int(a.attempt),
+                worker_id=a.worker_id,
+                status=a.status,
+                started_at=int(a.started_at),
+                finished_at=a.finished_at,
+                duration_seconds=(
+                    (a.finished_at if a.finished_at is not None else now) - int(a.started_at)
+                ),
+                error_code=a.error_code,
+                error_detail=a.error_detail,
+            )
+            for a in connection.execute(q.attempts(job_id))
+        ]
+        events = [
+            EventView(ts=int(e.ts), event=e.event, actor=e.actor, detail=_decode(e.detail))
+            for e in connection.execute(q.events(job_id))
+        ]
+        worker = None
+        state = None
+        if job.status in HELD_VALUES and job.claimed_by is not None:
+            found = connection.execute(q.worker(job.claimed_by)).one_or_none()
+            if found is not None:
+                held = connection.execute(q.held_by(job.claimed_by)).scalar_one()
+                worker = WorkerView(
+                    id=found.id,
+                    hostname=found.hostname,
+                    pid=int(found.pid),
+                    queues=found.queues,
+                    concurrency=int(found.concurrency),
+                    started_at=int(found.started_at),
+                    last_seen_at=int(found.last_seen_at),
+                    seen_seconds_ago=max(0, now - int(found.last_seen_at)),
+                    state=worker_state(int(found.last_seen_at), now, worker_stale_seconds),
+                    held_jobs=int(held),
+                )
+            state = worker_state(
+                None if found is None else int(found.last_seen_at), now, worker_stale_seconds
+            )
+    return JobTimeline(
+        now=now, job=job, attempts=attempts, events=events, worker=worker, worker_state=state
+    )
