@@ -30,6 +30,7 @@ from typing import Any
 from sqlalchemy import Delete, delete, func, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import Select
+from sqlalchemy.sql.dml import ReturningDelete
 
 from sqlq_orm.core import validation
 from sqlq_orm.db import maintenance
@@ -166,7 +167,9 @@ class PruneQueries:
         e = self.tables.events.c
         return [e.event == Event.HEARTBEAT.value, e.ts < cutoff]
 
-    def delete_heartbeats(self, after_id: int, cutoff: int, batch_size: int) -> Delete:
+    def delete_heartbeats(
+        self, after_id: int, cutoff: int, batch_size: int
+    ) -> ReturningDelete[Any]:
         """One batch of old HEARTBEAT events, walking the primary key from ``after_id``.
 
         The events table has no (event, ts) index, so the batch is bounded by a

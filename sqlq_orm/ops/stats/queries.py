@@ -94,7 +94,7 @@ class StatsQueries:
             .limit(limit)
         )
 
-    def expired_leases(self) -> Select[Any]:
+    def expired_leases(self) -> Select[int, Any]:
         """The sweeper's predicate, on ``ix_*_lease`` (status, lease_expires_at)."""
         j = self.tables.jobs.c
         return select(func.count(), func.min(j.lease_expires_at)).where(
