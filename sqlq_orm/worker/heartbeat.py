@@ -1,0 +1,97 @@
+"""The heartbeat thread: renews every lease a worker holds and says the worker is alive.
+
+Every ``interval`` seconds one round sends a heartbeat per held job and then upserts
+the worker's liveness row. A round gives up on a job (see
+:meth:`~sqlq_orm.worker.runs.RunTable.abandon`) when the heartbeat is refused
+(``LeaseLost``), when the job is past its max runtime (``MaxRuntimeExceeded``: the
+lease is no longer renewed, so the sweeper ends it with ``TIMEOUT:MAX_RUNTIME``), or
+when no heartbeat got through for a whole lease: the worker *self-fences*, measured
+with ``time.monotonic()`` from the last heartbeat that succeeded.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from sqlq_orm.errors import LeaseLost, MaxRuntimeExceeded
+from sqlq_orm.queue.queue import Queue
+from sqlq_orm.worker.outcomes import one_line
+from sqlq_orm.worker.runs import JobRun, RunTable
+
+log = logging.getLogger("sqlq_orm.worker")
+
+
+class Heartbeat:
+    """Renews the leases in ``runs`` every ``interval`` seconds, in its own thread.
+
+    ``touch_liveness`` is called at the end of every round (it upserts the worker's
+    registry row and must not raise).
+    """
+
+    def __init__(
+        self,
+        queue: Queue,
+        runs: RunTable,
+        *,
+        lease_seconds: int,
+        interval: float,
+        touch_liveness: Callable[[], None],
+    ) -> None:
+        self.queue = queue
+        self.runs = runs
+        self.lease_seconds = lease_seconds
+        self.interval = interval
+        self.touch_liveness = touch_liveness
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="sqlq-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        """Start the heartbeat thread."""
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop after the current round (waiting up to ``timeout`` seconds for it)."""
+        self._done.set()
+        self._thread.join(timeout=timeout)
+
+    def _loop(self) -> None:
+        while not self._done.wait(self.interval):
+            try:
+                self.beat_once()
+            except Exception:  # noqa: BLE001 - the heartbeat thread must survive anything
+                log.exception("heartbeat round failed")
+
+    def beat_once(self) -> None:
+        """One round: renew every held lease, then record that the worker is alive."""
+        for run in self.runs.held():
+            self._renew(run)
+        self.touch_liveness()
+
+    def _renew(self, run: JobRun) -> None:
+        if run.context._given_up:
+            self.runs.abandon(run, run.context.stop_reason or "given up")
+            return
+        # Sent even when overdue: if the database still takes it, nobody has taken
+        # the job over and the lease is ours again.
+        sent = time.monotonic()
+        try:
+            self.queue.heartbeat(run.lease, self.lease_seconds)
+        except MaxRuntimeExceeded as exc:
+            self.runs.abandon(run, str(exc), runtime_exceeded=True)
+            return
+        except LeaseLost as exc:
+            # FINISHING or DONE: our own succeed/fail got there first.
+            self.runs.abandon(run, str(exc))
+            return
+        except SQLAlchemyError as exc:
+            log.warning("%s: heartbeat failed (%s)", run.describe(), one_line(str(exc)))
+        else:
+            run.context._renewed(sent)
+        reason = run.context.stop_reason  # self-fences once a whole lease went by
+        if reason is not None:
+            self.runs.abandon(run, reason)
