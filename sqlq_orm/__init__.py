@@ -12,6 +12,7 @@ from sqlq_orm.db.clock import Clock, DatabaseClock, PinnedClock
 from sqlq_orm.db.engine import configure_engine, create_engine
 from sqlq_orm.db.tables import Models
 from sqlq_orm.errors import (
+    HandlersStuck,
     InvalidInput,
     InvalidTransition,
     JobError,
@@ -39,6 +40,7 @@ __all__ = [
     "EnqueuedJob",
     "Event",
     "HandlerRegistry",
+    "HandlersStuck",
     "InvalidInput",
     "InvalidTransition",
     "Job",

@@ -7,7 +7,8 @@ sub-parser in :func:`build_parser`.
 
 The database comes from ``--db URL``, else ``$SQLQ_DATABASE_URL``, else the SQLite file
 ``sqlq.db`` in the working directory. Any error prints one line to stderr and exits 1
-(2 for a usage error).
+(2 for a usage error). ``sqlq worker`` exits 3 (:data:`EXIT_HANDLERS_STUCK`) when stuck
+handler threads used up its budget: restart it.
 """
 
 from __future__ import annotations
@@ -36,6 +37,12 @@ from sqlq_orm.queue.types import SweepResult
 
 DEFAULT_DB_URL = "sqlite:///sqlq.db"
 DB_ENV_VAR = "SQLQ_DATABASE_URL"
+EXIT_HANDLERS_STUCK = 3
+"""``sqlq worker``'s exit status once abandoned handler threads spent its budget.
+
+Python cannot kill a thread, so a worker whose stuck handlers hold its slots stops
+(gracefully) and asks its supervisor, by this status, to start a fresh process.
+"""
 
 log = logging.getLogger("sqlq_orm.cli")
 
@@ -195,26 +202,35 @@ def worker(
     burst: bool = False,
     retry_base: float | None = None,
 ) -> int:
-    """Run a worker until SIGTERM/SIGINT (or, with --burst, until the queue is empty)."""
+    """Run a worker until SIGTERM/SIGINT (or, with --burst, until the queue is empty).
+
+    Exits 3 if stuck handler threads spent the worker's budget (restart it).
+    """
+    from sqlq_orm.errors import HandlersStuck
     from sqlq_orm.worker.handlers import load_registry
     from sqlq_orm.worker.runtime import Worker
 
     registry = load_registry(handlers)
     # Job threads, the heartbeat thread and the claim loop each may hold a connection.
     queue = open_queue(db, retry_base=retry_base, pool_size=max(concurrency, 1) + 3)
-    Worker(
-        queue,
-        registry,
-        queues=queues or ["default"],
-        concurrency=concurrency,
-        lease_seconds=lease,
-        heartbeat_interval=heartbeat,
-        poll_interval=poll,
-        grace_period=grace,
-        worker_id=worker_id,
-        sweep_interval=None if no_sweep else sweep_interval,
-        burst=burst,
-    ).run()
+    try:
+        Worker(
+            queue,
+            registry,
+            queues=queues or ["default"],
+            concurrency=concurrency,
+            lease_seconds=lease,
+            heartbeat_interval=heartbeat,
+            poll_interval=poll,
+            grace_period=grace,
+            worker_id=worker_id,
+            sweep_interval=None if no_sweep else sweep_interval,
+            burst=burst,
+        ).run()
+    except HandlersStuck as exc:
+        # The ERROR line naming the stuck jobs is in the log already.
+        print(f"sqlq: error: {exc}", file=sys.stderr)
+        return EXIT_HANDLERS_STUCK
     return 0
 
 

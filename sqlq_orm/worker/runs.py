@@ -81,6 +81,16 @@ class RunTable:
             lingering = max(0, len(self._abandoned) - self.max_abandoned)
             return max(0, self.concurrency - len(self._runs) - lingering)
 
+    def over_budget(self) -> list[JobRun]:
+        """The abandoned runs still alive, if more than ``max_abandoned``; else none.
+
+        Past that budget every further stuck thread holds a slot for good: the worker
+        can only get its capacity back by being restarted.
+        """
+        with self._lock:
+            self._abandoned = [r for r in self._abandoned if r.thread and r.thread.is_alive()]
+            return list(self._abandoned) if len(self._abandoned) > self.max_abandoned else []
+
     def begin_finishing(self, run: JobRun) -> str | None:
         """Move a RUNNING run to FINISHING; else return why its outcome is discarded."""
         with self._lock:

@@ -28,6 +28,12 @@ on to their slots (bounding the thread count at ``concurrency + max_abandoned``;
 :mod:`~sqlq_orm.worker.runs`). Job threads are daemons: a hung handler never keeps
 the process from exiting.
 
+**Stuck handlers.** Once more abandoned threads are alive than ``max_abandoned``,
+the worker logs an ERROR naming the budget and the stuck jobs, shuts down gracefully
+(deregistering, so ``sqlq stats`` no longer lists it as alive) and :meth:`Worker.run`
+raises :class:`~sqlq_orm.errors.HandlersStuck`; ``sqlq worker`` then exits with status
+3 so that a supervisor restarts it, the only way to reclaim a Python thread.
+
 **Shutdown.** On SIGTERM or SIGINT (or :meth:`Worker.request_stop`) the worker stops
 claiming, lets running jobs finish for up to ``grace_period`` seconds, releases the
 rest back to QUEUED (RELEASED, no retry spent) and deregisters. A second signal skips
@@ -48,7 +54,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from sqlq_orm.core import validation
 from sqlq_orm.core.lease import Lease
-from sqlq_orm.errors import InvalidInput, LeaseLost
+from sqlq_orm.errors import HandlersStuck, InvalidInput, LeaseLost
 from sqlq_orm.queue.queue import Queue
 from sqlq_orm.schema.mixins import QUEUE_MAX, WORKER_ID_MAX
 from sqlq_orm.worker.completer import SuccessBatcher
@@ -171,6 +177,7 @@ class Worker:
         self._wake = threading.Event()  # a slot was freed, or a stop was asked for
         self._signals = SignalCounter()
         self._next_sweep: float | None = None
+        self._stuck: list[JobRun] = []  # set when abandoned threads spent the budget
         self._runs = RunTable(self.concurrency, self.max_abandoned, slot_freed=self._wake)
         self._executor = JobExecutor(
             queue,
@@ -207,7 +214,9 @@ class Worker:
         """Register, work until asked to stop (or idle, in burst mode), shut down.
 
         Raises if the worker cannot register (database unreachable, tables missing);
-        after that, database errors are logged and retried, never fatal.
+        after that, database errors are logged and retried, never fatal. Raises
+        :class:`~sqlq_orm.errors.HandlersStuck` after shutting down if stuck handler
+        threads used up the ``max_abandoned`` budget.
         """
         self._register()
         log.info(
@@ -225,6 +234,10 @@ class Worker:
                 self._shut_down()
             finally:
                 restore()
+        if self._stuck:
+            raise HandlersStuck(
+                self.worker_id, self.max_abandoned, [run.describe() for run in self._stuck]
+            )
         return self.stats
 
     # ---------------------------------------------------------------- main loop
@@ -236,6 +249,8 @@ class Worker:
             self._wake.clear()
             self._maybe_sweep()
             free = self._runs.free_slots()
+            if self._stop_if_stuck():
+                return
             if free == 0:
                 self._wait(self._wake, self.poll_interval)
                 continue
@@ -271,6 +286,22 @@ class Worker:
                 # Nothing more is ready: ask again after the poll interval, not on
                 # every freed slot.
                 self._wait(self._stopping, self.poll_interval)
+
+    def _stop_if_stuck(self) -> bool:
+        """Stop for good once stuck threads spent the budget: only a restart helps then."""
+        stuck = self._runs.over_budget()
+        if not stuck:
+            return False
+        self._stuck = stuck
+        log.error(
+            "worker %s: %d abandoned handler threads are still running, more than its "
+            "budget max_abandoned=%d, so it can no longer use all its slots; stuck: %s. "
+            "Stopping so that a supervisor restarts the process (exit status 3)",
+            self.worker_id, len(stuck), self.max_abandoned,
+            "; ".join(run.describe() for run in stuck),
+        )  # fmt: skip
+        self.request_stop()
+        return True
 
     def _maybe_sweep(self) -> None:
         if self._next_sweep is None or self.sweep_schedule is None:
