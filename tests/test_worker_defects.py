@@ -8,15 +8,18 @@ the queue's clock decides, and every wait is a bounded poll.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import func, select
 
 import sqlq_orm
+from sqlq_orm import HandlerRegistry, JobContext, Worker
 from sqlq_orm.schema.models import WorkerRecord
 from tests.worker_helpers import Processes, job_row, wait_until
 
+FAST = {"poll_interval": 0.05, "sweep_interval": None, "install_signal_handlers": False}
 EXIT_HANDLERS_STUCK = 3
 
 
@@ -69,3 +72,58 @@ def test_worker_whose_stuck_handlers_spent_the_abandoned_budget_says_so_and_exit
         registered = connection.execute(select(func.count()).select_from(WorkerRecord)).scalar()
     assert registered == 0, "a worker that gave up must not look alive in stats"
     assert all(job_row(live_queue, job.id).status == "QUEUED" for job in quick)
+
+
+# ------------------------------------------------------- 3. burst workers sweep
+
+
+def test_burst_worker_sweeps_before_deciding_there_is_nothing_to_do(queue, clock):
+    job = queue.enqueue("echo", max_retries=0)
+    (lease,) = queue.claim("dead-worker", lease_seconds=5, start=True)
+    clock.advance(6)  # the dead worker's lease ran out; nobody else sweeps
+
+    Worker(
+        queue, HandlerRegistry({"echo": lambda ctx: None}), burst=True,
+        **{**FAST, "sweep_interval": 60.0},
+    ).run()  # fmt: skip
+
+    assert lease.job_id == job.id
+    assert job_row(queue, job.id).status == "FAILED"
+    assert attempts_of(queue, job.id) == [("FAILED", "LEASE:EXPIRED")]
+
+
+def test_burst_worker_sweeps_a_job_it_abandoned_for_max_runtime_before_exiting(queue, clock):
+    unhang = threading.Event()
+    started = threading.Event()
+
+    def hang(ctx: JobContext) -> None:
+        started.set()
+        unhang.wait(60)  # a truly stuck call: ignores its context
+
+    job = queue.enqueue("hang", max_runtime_seconds=60, max_retries=0)
+    worker = Worker(
+        queue, HandlerRegistry({"hang": hang}), burst=True, lease_seconds=120,
+        heartbeat_interval=0.05, **{**FAST, "sweep_interval": 60.0},
+    )  # fmt: skip
+    run = threading.Thread(target=worker.run, daemon=True)
+    try:
+        run.start()
+        wait_until(started.is_set, "the job to start")
+        clock.advance(61)
+        run.join(timeout=60)
+    finally:
+        unhang.set()
+
+    assert not run.is_alive(), "the burst worker did not exit"
+    row = job_row(queue, job.id)
+    assert (row.status, row.error_code) == ("FAILED", "TIMEOUT:MAX_RUNTIME")
+
+
+def test_burst_worker_with_sweeping_disabled_does_not_sweep(queue, clock):
+    queue.enqueue("echo", max_retries=0)
+    (lease,) = queue.claim("dead-worker", lease_seconds=5, start=True)
+    clock.advance(6)
+
+    Worker(queue, HandlerRegistry({"echo": lambda ctx: None}), burst=True, **FAST).run()
+
+    assert job_row(queue, lease.job_id).status == "RUNNING"

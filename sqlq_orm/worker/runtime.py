@@ -113,7 +113,8 @@ class Worker:
     of the lease). ``poll_interval`` is how long an idle worker waits before asking
     again. ``sweep_interval`` (seconds, or a ``(low, high)`` range to draw from; None to
     never sweep) schedules the in-worker sweeper. With ``burst=True`` the worker exits
-    once nothing is ready and nothing runs. See the module docs for how jobs are
+    once nothing is ready and nothing runs; it sweeps first thing and again on its
+    way out (unless ``sweep_interval`` is None). See the module docs for how jobs are
     abandoned and how shutdown works.
     """
 
@@ -244,7 +245,10 @@ class Worker:
 
     def _claim_loop(self) -> None:
         if self.sweep_schedule is not None:
-            self._next_sweep = time.monotonic() + self.sweep_schedule.next_delay()
+            # A burst worker may be the only one running: it sweeps before it decides
+            # there is nothing to do, or a dead worker's jobs would never come back.
+            first_delay = 0.0 if self.burst else self.sweep_schedule.next_delay()
+            self._next_sweep = time.monotonic() + first_delay
         while not self._poll_signals():
             self._wake.clear()
             self._maybe_sweep()
@@ -308,8 +312,12 @@ class Worker:
             return
         if time.monotonic() < self._next_sweep:
             return
-        sweep_once(self.queue, actor=f"sweeper@{self.worker_id}"[:WORKER_ID_MAX])
+        sweep_once(self.queue, actor=self._sweep_actor)
         self._next_sweep = time.monotonic() + self.sweep_schedule.next_delay()
+
+    @property
+    def _sweep_actor(self) -> str:
+        return f"sweeper@{self.worker_id}"[:WORKER_ID_MAX]
 
     def _poll_signals(self) -> bool:
         """Turn received signals into stop requests; return whether to stop claiming."""
@@ -397,6 +405,9 @@ class Worker:
                 break
             self._wait(self._wake, left)
         self._release_remaining()
+        if self.burst and self.sweep_schedule is not None:
+            # And once more on the way out, for the jobs it gave up on itself.
+            sweep_once(self.queue, actor=self._sweep_actor)
         if self._executor.successes is not None:
             self._executor.successes.close()
         self._heartbeat.stop(timeout=5)
