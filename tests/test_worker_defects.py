@@ -17,7 +17,7 @@ from sqlalchemy import func, select
 import sqlq_orm
 from sqlq_orm import HandlerRegistry, JobContext, Worker
 from sqlq_orm.schema.models import WorkerRecord
-from tests.worker_helpers import Processes, job_row, wait_until
+from tests.worker_helpers import Processes, job_row, running, wait_until
 
 FAST = {"poll_interval": 0.05, "sweep_interval": None, "install_signal_handlers": False}
 EXIT_HANDLERS_STUCK = 3
@@ -127,3 +127,59 @@ def test_burst_worker_with_sweeping_disabled_does_not_sweep(queue, clock):
     Worker(queue, HandlerRegistry({"echo": lambda ctx: None}), burst=True, **FAST).run()
 
     assert job_row(queue, lease.job_id).status == "RUNNING"
+
+
+# ------------------------------------------- 4. a server idle timeout on the pool
+
+
+@pytest.mark.postgres
+def test_heartbeat_on_a_connection_the_server_timed_out_retries_and_the_job_succeeds(
+    db_url, engine
+):
+    if not db_url.startswith("postgresql"):
+        pytest.skip("idle_session_timeout is PostgreSQL's")
+    # Every pooled connection dies after 0.3 s idle, well inside each heartbeat interval.
+    idle_killed = sqlq_orm.create_engine(
+        db_url, connect_args={"options": "-c idle_session_timeout=300"}
+    )
+    queue = sqlq_orm.Queue(idle_killed)
+    fenced: list[str | None] = []
+
+    def patient(ctx: JobContext) -> None:
+        ctx.sleep(4.5)  # longer than the lease: only heartbeats keep the job ours
+        fenced.append(ctx.stop_reason)
+
+    job = queue.enqueue("patient", max_retries=0)
+    worker = Worker(
+        queue, HandlerRegistry({"patient": patient}), lease_seconds=3,
+        heartbeat_interval=1.0, **FAST,
+    )  # fmt: skip
+    try:
+        with running(worker):
+            wait_until(lambda: fenced, "the handler to return")
+            wait_until(lambda: not worker.running_jobs, "its outcome to be dealt with")
+    finally:
+        idle_killed.dispose()
+
+    assert fenced == [None]
+    assert attempts_of(sqlq_orm.Queue(engine), job.id) == [("SUCCEEDED", None)]
+
+
+def test_cli_worker_engine_pings_pooled_connections(tmp_path, monkeypatch):
+    from sqlq_orm.cli import commands
+
+    made: list[dict] = []
+    real = commands.open_engine
+
+    def recording(db, **kwargs):
+        made.append(kwargs)
+        return real(db, **kwargs)
+
+    monkeypatch.setattr(commands, "open_engine", recording)
+    db = f"sqlite:///{tmp_path / 'q.db'}"
+    assert commands.main(["--db", db, "migrate"]) == 0
+    made.clear()
+    assert commands.main(["--db", db, "worker", "--handlers", "tests.handlers_for_tests",
+                          "--burst", "--no-sweep"]) == 0  # fmt: skip
+
+    assert made and all(kwargs.get("pool_pre_ping") for kwargs in made)

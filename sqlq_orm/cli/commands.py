@@ -212,7 +212,9 @@ def worker(
 
     registry = load_registry(handlers)
     # Job threads, the heartbeat thread and the claim loop each may hold a connection.
-    queue = open_queue(db, retry_base=retry_base, pool_size=max(concurrency, 1) + 3)
+    queue = open_queue(
+        db, retry_base=retry_base, pool_size=max(concurrency, 1) + 3, pool_pre_ping=True
+    )
     try:
         Worker(
             queue,

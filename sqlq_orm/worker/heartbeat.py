@@ -7,6 +7,10 @@ the worker's liveness row. A round gives up on a job (see
 lease is no longer renewed, so the sweeper ends it with ``TIMEOUT:MAX_RUNTIME``), or
 when no heartbeat got through for a whole lease: the worker *self-fences*, measured
 with ``time.monotonic()`` from the last heartbeat that succeeded.
+
+A heartbeat that meets a dead pooled connection (the server's idle timeout, a
+restarted proxy) is sent once more on a fresh one before it counts as missed: the
+database is up, only that connection was gone.
 """
 
 from __future__ import annotations
@@ -15,8 +19,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from sqlq_orm.errors import LeaseLost, MaxRuntimeExceeded
 from sqlq_orm.queue.queue import Queue
@@ -24,6 +29,24 @@ from sqlq_orm.worker.outcomes import one_line
 from sqlq_orm.worker.runs import JobRun, RunTable
 
 log = logging.getLogger("sqlq_orm.worker")
+
+T = TypeVar("T")
+
+
+def once_more_if_disconnected(call: Callable[[], T], what: str) -> T:
+    """``call()``, repeated once if it failed only because its connection was dead.
+
+    SQLAlchemy marks such an error ``connection_invalidated`` and drops the pooled
+    connections of that age, so the second call gets a fresh one. Any other error,
+    or a second failure, is raised.
+    """
+    try:
+        return call()
+    except DBAPIError as exc:
+        if not exc.connection_invalidated:
+            raise
+        log.info("%s met a dead connection (%s); retrying on a fresh one", what, one_line(str(exc)))
+    return call()
 
 
 class Heartbeat:
@@ -80,7 +103,10 @@ class Heartbeat:
         # the job over and the lease is ours again.
         sent = time.monotonic()
         try:
-            self.queue.heartbeat(run.lease, self.lease_seconds)
+            once_more_if_disconnected(
+                lambda: self.queue.heartbeat(run.lease, self.lease_seconds),
+                f"{run.describe()}: heartbeat",
+            )
         except MaxRuntimeExceeded as exc:
             self.runs.abandon(run, str(exc), runtime_exceeded=True)
             return

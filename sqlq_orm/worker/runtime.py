@@ -60,7 +60,7 @@ from sqlq_orm.schema.mixins import QUEUE_MAX, WORKER_ID_MAX
 from sqlq_orm.worker.completer import SuccessBatcher
 from sqlq_orm.worker.execution import JobExecutor
 from sqlq_orm.worker.handlers import Handler, HandlerRegistry, JobContext
-from sqlq_orm.worker.heartbeat import Heartbeat
+from sqlq_orm.worker.heartbeat import Heartbeat, once_more_if_disconnected
 from sqlq_orm.worker.outcomes import (
     INVALID_ERROR_CODE,
     INVALID_RESULT,
@@ -388,7 +388,7 @@ class Worker:
 
     def _touch_liveness(self) -> None:
         try:
-            self._register()
+            once_more_if_disconnected(self._register, "liveness upsert")
         except SQLAlchemyError as exc:
             log.warning("could not record worker liveness (%s)", one_line(str(exc)))
 
