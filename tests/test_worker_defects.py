@@ -183,3 +183,29 @@ def test_cli_worker_engine_pings_pooled_connections(tmp_path, monkeypatch):
                           "--burst", "--no-sweep"]) == 0  # fmt: skip
 
     assert made and all(kwargs.get("pool_pre_ping") for kwargs in made)
+
+
+# ------------------------------------------- 5. max runtime at its own deadline
+
+
+def test_max_runtime_stops_the_handler_at_its_deadline_not_at_the_next_heartbeat(queue, clock):
+    told_to_stop: list[bool] = []
+    returned = threading.Event()
+
+    def slow(ctx: JobContext) -> None:
+        told_to_stop.append(ctx.sleep(3))  # wakes early once the job should stop
+        returned.set()
+
+    job = queue.enqueue("slow", max_runtime_seconds=1, max_retries=0)
+    worker = Worker(queue, HandlerRegistry({"slow": slow}), lease_seconds=30, **FAST)
+    with running(worker):
+        wait_until(returned.is_set, "the handler to return")
+        wait_until(lambda: not worker.running_jobs, "the worker to let go of the job")
+        clock.advance(2)  # the queue's clock agrees the run is past its max runtime
+        swept = queue.sweep()
+
+    row = job_row(queue, job.id)
+    assert told_to_stop == [True]
+    assert swept.timed_out == 1
+    assert (row.status, row.error_code) == ("FAILED", "TIMEOUT:MAX_RUNTIME")
+    assert worker.stats.succeeded == 0 and worker.stats.discarded == 1

@@ -1,4 +1,5 @@
-"""The heartbeat thread: renews every lease a worker holds and says the worker is alive.
+"""The heartbeat thread: renews every lease a worker holds, says the worker is alive,
+and stops jobs at their max runtime.
 
 Every ``interval`` seconds one round sends a heartbeat per held job and then upserts
 the worker's liveness row. A round gives up on a job (see
@@ -7,6 +8,11 @@ the worker's liveness row. A round gives up on a job (see
 lease is no longer renewed, so the sweeper ends it with ``TIMEOUT:MAX_RUNTIME``), or
 when no heartbeat got through for a whole lease: the worker *self-fences*, measured
 with ``time.monotonic()`` from the last heartbeat that succeeded.
+
+Max runtime is also watched at each job's own deadline, not only at the next round:
+between rounds the thread wakes at the earliest deadline of the jobs it holds and
+gives up on those past it the same way (``should_stop`` turns true, the outcome is
+discarded, and the sweeper ends the job with ``TIMEOUT:MAX_RUNTIME``).
 
 A heartbeat that meets a dead pooled connection (the server's idle timeout, a
 restarted proxy) is sent once more on a fresh one before it counts as missed: the
@@ -71,6 +77,7 @@ class Heartbeat:
         self.interval = interval
         self.touch_liveness = touch_liveness
         self._done = threading.Event()
+        self._wakeup = threading.Event()  # stop asked for, or a new deadline to watch
         self._thread = threading.Thread(target=self._loop, name="sqlq-heartbeat", daemon=True)
 
     def start(self) -> None:
@@ -80,14 +87,42 @@ class Heartbeat:
     def stop(self, timeout: float = 5.0) -> None:
         """Stop after the current round (waiting up to ``timeout`` seconds for it)."""
         self._done.set()
+        self._wakeup.set()
         self._thread.join(timeout=timeout)
 
+    def watch_deadline(self) -> None:
+        """A run with a max-runtime deadline was added: look at the deadlines again."""
+        self._wakeup.set()
+
     def _loop(self) -> None:
-        while not self._done.wait(self.interval):
-            try:
-                self.beat_once()
-            except Exception:  # noqa: BLE001 - the heartbeat thread must survive anything
-                log.exception("heartbeat round failed")
+        next_round = time.monotonic() + self.interval
+        while not self._done.is_set():
+            if time.monotonic() >= next_round:
+                try:
+                    self.beat_once()
+                except Exception:  # noqa: BLE001 - the heartbeat thread must survive anything
+                    log.exception("heartbeat round failed")
+                next_round = time.monotonic() + self.interval
+                continue
+            # Cleared before looking, so a run added meanwhile still wakes the wait.
+            self._wakeup.clear()
+            earliest = self.stop_overdue()
+            wake_at = next_round if earliest is None else min(next_round, earliest)
+            self._wakeup.wait(max(0.0, wake_at - time.monotonic()))
+
+    def stop_overdue(self) -> float | None:
+        """Give up on the running jobs past their deadline; return the next deadline."""
+        now = time.monotonic()
+        upcoming: list[float] = []
+        for run in self.runs.held():
+            if run.deadline is None:
+                continue
+            if now < run.deadline:
+                upcoming.append(run.deadline)
+            else:
+                reason = str(MaxRuntimeExceeded(run.lease.job_id, run.lease.max_runtime_seconds))
+                self.runs.abandon(run, reason, runtime_exceeded=True)
+        return min(upcoming, default=None)
 
     def beat_once(self) -> None:
         """One round: renew every held lease, then record that the worker is alive."""

@@ -38,6 +38,8 @@ class JobRun:
     context: JobContext
     state: RunState = RunState.RUNNING
     thread: threading.Thread | None = None
+    deadline: float | None = None
+    """``time.monotonic()`` past which the job has run longer than its max runtime."""
 
     def describe(self) -> str:
         """``job 7 attempt 2 (send_email)``: how the log names this run."""

@@ -17,8 +17,9 @@ The worker never writes SQL; it only calls :class:`~sqlq_orm.queue.queue.Queue` 
 **Giving up on a job.** A job is *abandoned* (its outcome will be discarded, its
 context's ``should_stop`` turns true) when a heartbeat is refused (``LeaseLost``: the
 job was reclaimed, cancelled or finished elsewhere), when the job runs past its max
-runtime (``MaxRuntimeExceeded``: the worker stops renewing and the sweeper ends it
-with ``TIMEOUT:MAX_RUNTIME``), or when no heartbeat got through for a whole lease
+runtime (noticed at the job's own deadline, or a heartbeat refused with
+``MaxRuntimeExceeded``: the worker stops renewing and the sweeper ends it with
+``TIMEOUT:MAX_RUNTIME``), or when no heartbeat got through for a whole lease
 (the database is locked or down: the worker *self-fences*, measured with
 ``time.monotonic()`` from the last heartbeat that succeeded, and never reports
 success for that job). Python cannot kill a thread, so an abandoned handler may keep
@@ -363,6 +364,9 @@ class Worker:
             shutdown=self._shutdown,
         )
         run = JobRun(lease=lease, context=context)
+        if lease.max_runtime_seconds is not None:
+            # Counted from before the claim was sent: never later than the database's.
+            run.deadline = leased_at + lease.max_runtime_seconds
         run.thread = threading.Thread(
             target=self._executor.execute,
             args=(run,),
@@ -370,6 +374,8 @@ class Worker:
             daemon=True,
         )
         self._runs.add(run)
+        if run.deadline is not None:
+            self._heartbeat.watch_deadline()
         self.stats.add("claimed")
         log.debug("%s claimed", run.describe())
         run.thread.start()
