@@ -13,6 +13,7 @@ from sqlq_orm.db.engine import configure_engine, create_engine
 from sqlq_orm.db.tables import Models
 from sqlq_orm.errors import (
     DedupeConflict,
+    HandlersStuck,
     InvalidInput,
     InvalidTransition,
     JobError,
@@ -42,6 +43,7 @@ __all__ = [
     "EnqueuedJob",
     "Event",
     "HandlerRegistry",
+    "HandlersStuck",
     "InvalidInput",
     "InvalidTransition",
     "Job",

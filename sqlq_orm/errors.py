@@ -96,3 +96,22 @@ class JobError(SqlqError):
         self.detail = detail
         self.retryable = retryable
         super().__init__(f"{code}: {detail}" if detail else code)
+
+
+class HandlersStuck(SqlqError):
+    """A worker stopped because abandoned handler threads it cannot kill used up its budget.
+
+    Raised by :meth:`~sqlq_orm.worker.runtime.Worker.run` after a graceful shutdown;
+    ``sqlq worker`` exits with status 3 instead. Restart the process: it is the only
+    way to reclaim a Python thread.
+    """
+
+    def __init__(self, worker_id: str, max_abandoned: int, stuck: list[str]) -> None:
+        self.worker_id = worker_id
+        self.max_abandoned = max_abandoned
+        self.stuck = stuck
+        super().__init__(
+            f"worker {worker_id} stopped: {len(stuck)} abandoned handler threads are still "
+            f"running, more than its budget max_abandoned={max_abandoned} "
+            f"({'; '.join(stuck)}); restart the process to reclaim them"
+        )

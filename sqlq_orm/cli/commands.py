@@ -4,7 +4,8 @@
 is a parameter name). To add an option: add the parameter to the function and the
 argument to its sub-parser in :func:`~sqlq_orm.cli.parser.build_parser`. A command
 returns its exit status; any error it raises is printed as one line by
-:func:`sqlq_orm.cli.main`.
+:func:`sqlq_orm.cli.main`. ``sqlq worker`` exits 3 (:data:`EXIT_HANDLERS_STUCK`) when
+stuck handler threads used up its budget: restart it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,13 @@ from sqlq_orm.cli.connect import (
     shown_url,
 )
 from sqlq_orm.queue.types import SweepResult
+
+EXIT_HANDLERS_STUCK = 3
+"""``sqlq worker``'s exit status once abandoned handler threads spent its budget.
+
+Python cannot kill a thread, so a worker whose stuck handlers hold its slots stops
+(gracefully) and asks its supervisor, by this status, to start a fresh process.
+"""
 
 
 class _StopFlag:
@@ -109,26 +117,40 @@ def worker(
     burst: bool = False,
     retry_base: float | None = None,
 ) -> int:
-    """Run a worker until SIGTERM/SIGINT (or, with --burst, until the queue is empty)."""
+    """Run a worker until SIGTERM/SIGINT (or, with --burst, until the queue is empty).
+
+    Exits 3 (:data:`EXIT_HANDLERS_STUCK`) if stuck handler threads spent the worker's
+    budget: restart it.
+    """
+    from sqlq_orm.errors import HandlersStuck
     from sqlq_orm.worker.handlers import load_registry
     from sqlq_orm.worker.runtime import Worker
 
     registry = load_registry(handlers)
-    # Job threads, the heartbeat thread and the claim loop each may hold a connection.
-    queue = open_queue(db, retry_base=retry_base, pool_size=max(concurrency, 1) + 3)
-    Worker(
-        queue,
-        registry,
-        queues=queues or ["default"],
-        concurrency=concurrency,
-        lease_seconds=lease,
-        heartbeat_interval=heartbeat,
-        poll_interval=poll,
-        grace_period=grace,
-        worker_id=worker_id,
-        sweep_interval=None if no_sweep else sweep_interval,
-        burst=burst,
-    ).run()
+    # Job threads, the heartbeat thread and the claim loop each may hold a connection;
+    # pre-ping because a server or proxy may close a connection that sat idle between
+    # heartbeats.
+    queue = open_queue(
+        db, retry_base=retry_base, pool_size=max(concurrency, 1) + 3, pool_pre_ping=True
+    )
+    try:
+        Worker(
+            queue,
+            registry,
+            queues=queues or ["default"],
+            concurrency=concurrency,
+            lease_seconds=lease,
+            heartbeat_interval=heartbeat,
+            poll_interval=poll,
+            grace_period=grace,
+            worker_id=worker_id,
+            sweep_interval=None if no_sweep else sweep_interval,
+            burst=burst,
+        ).run()
+    except HandlersStuck as exc:
+        # The ERROR line naming the stuck jobs is in the log already.
+        print(f"sqlq: error: {exc}", file=sys.stderr)
+        return EXIT_HANDLERS_STUCK
     return 0
 
 

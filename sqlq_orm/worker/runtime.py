@@ -5,25 +5,35 @@ One worker process has three kinds of threads:
 - the **main thread** runs :meth:`Worker.run`: it claims as many jobs as there are
   free slots (straight into RUNNING), starts a thread per job, and runs the sweeper
   on a jittered interval so a dead worker's jobs come back without anyone watching;
-- one **heartbeat thread** renews every lease this worker holds, every
-  ``heartbeat_interval`` seconds, and upserts the worker's liveness row;
-- one **job thread** per running job calls the handler with no transaction open,
-  then reports the outcome with the lease (``succeed`` / ``fail``).
+- one **heartbeat thread** (:mod:`~sqlq_orm.worker.heartbeat`) renews every lease
+  this worker holds, every ``heartbeat_interval`` seconds, and upserts the worker's
+  liveness row;
+- one **job thread** per running job (:mod:`~sqlq_orm.worker.execution`) calls the
+  handler with no transaction open, then reports the outcome with the lease
+  (``succeed`` / ``fail``).
 
 The worker never writes SQL; it only calls :class:`~sqlq_orm.queue.queue.Queue` methods.
 
 **Giving up on a job.** A job is *abandoned* (its outcome will be discarded, its
 context's ``should_stop`` turns true) when a heartbeat is refused (``LeaseLost``: the
 job was reclaimed, cancelled or finished elsewhere), when the job runs past its max
-runtime (``MaxRuntimeExceeded``: the worker stops renewing and the sweeper ends it
-with ``TIMEOUT:MAX_RUNTIME``), or when no heartbeat got through for a whole lease
+runtime (noticed at the job's own deadline, or a heartbeat refused with
+``MaxRuntimeExceeded``: the worker stops renewing and the sweeper ends it with
+``TIMEOUT:MAX_RUNTIME``), or when no heartbeat got through for a whole lease
 (the database is locked or down: the worker *self-fences*, measured with
 ``time.monotonic()`` from the last heartbeat that succeeded, and never reports
 success for that job). Python cannot kill a thread, so an abandoned handler may keep
 running; its slot is freed at once so one hung handler cannot starve the worker, and
 at most ``max_abandoned`` such threads may linger before abandoned jobs start holding
-on to their slots (bounding the thread count at ``concurrency + max_abandoned``).
-Job threads are daemons: a hung handler never keeps the process from exiting.
+on to their slots (bounding the thread count at ``concurrency + max_abandoned``; see
+:mod:`~sqlq_orm.worker.runs`). Job threads are daemons: a hung handler never keeps
+the process from exiting.
+
+**Stuck handlers.** Once more abandoned threads are alive than ``max_abandoned``,
+the worker logs an ERROR naming the budget and the stuck jobs, shuts down gracefully
+(deregistering, so ``sqlq stats`` no longer lists it as alive) and :meth:`Worker.run`
+raises :class:`~sqlq_orm.errors.HandlersStuck`; ``sqlq worker`` then exits with status
+3 so that a supervisor restarts it, the only way to reclaim a Python thread.
 
 **Shutdown.** On SIGTERM or SIGINT (or :meth:`Worker.request_stop`) the worker stops
 claiming, lets running jobs finish for up to ``grace_period`` seconds, releases the
@@ -33,253 +43,67 @@ the grace period.
 
 from __future__ import annotations
 
-import enum
 import logging
 import os
-import random
 import secrets
-import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from types import FrameType
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from sqlq_orm.core import error_codes, validation
+from sqlq_orm.core import validation
 from sqlq_orm.core.lease import Lease
-from sqlq_orm.errors import InvalidInput, JobError, LeaseLost, MaxRuntimeExceeded, SqlqError
+from sqlq_orm.db.engine import require_shared_database
+from sqlq_orm.errors import HandlersStuck, InvalidInput, LeaseLost
 from sqlq_orm.queue.queue import Queue
-from sqlq_orm.queue.types import SweepResult
 from sqlq_orm.schema.mixins import QUEUE_MAX, WORKER_ID_MAX
+from sqlq_orm.worker.completer import SuccessBatcher
+from sqlq_orm.worker.execution import JobExecutor
 from sqlq_orm.worker.handlers import Handler, HandlerRegistry, JobContext
+from sqlq_orm.worker.heartbeat import Heartbeat, once_more_if_disconnected
+from sqlq_orm.worker.outcomes import (
+    INVALID_ERROR_CODE,
+    INVALID_RESULT,
+    NETWORK_UNHANDLED,
+    TIMEOUT_UNHANDLED,
+    Outcome,
+    one_line,
+    outcome_of_exception,
+)
+from sqlq_orm.worker.runs import JobRun, RunTable
+from sqlq_orm.worker.signals import SignalCounter
+from sqlq_orm.worker.stats import WorkerStats
+from sqlq_orm.worker.sweeping import DEFAULT_SWEEP_INTERVAL, SweepSchedule, run_sweeper, sweep_once
+
+__all__ = [
+    "DEFAULT_GRACE_PERIOD",
+    "DEFAULT_SWEEP_INTERVAL",
+    "INVALID_ERROR_CODE",
+    "INVALID_RESULT",
+    "NETWORK_UNHANDLED",
+    "TIMEOUT_UNHANDLED",
+    "Outcome",
+    "SweepSchedule",
+    "Worker",
+    "WorkerStats",
+    "default_worker_id",
+    "outcome_of_exception",
+    "run_sweeper",
+]
 
 log = logging.getLogger("sqlq_orm.worker")
 
 DEFAULT_GRACE_PERIOD = 30.0
-DEFAULT_SWEEP_INTERVAL = (10.0, 30.0)
-"""Seconds between in-worker sweeps, drawn at random in this range (spreads workers out)."""
-
-TIMEOUT_UNHANDLED = "TIMEOUT:UNHANDLED"
-"""A handler let a ``TimeoutError`` escape."""
-NETWORK_UNHANDLED = "NETWORK:UNHANDLED"
-"""A handler let a ``ConnectionError`` escape."""
-INVALID_ERROR_CODE = "INTERNAL:INVALID_ERROR_CODE"
-"""A handler raised ``JobError`` with a code that is not ``CATEGORY:SUBCATEGORY``."""
-INVALID_RESULT = "INTERNAL:INVALID_RESULT"
-"""A handler returned a ``result_ref`` the queue refused (e.g. too long)."""
 
 _SIGNAL_POLL = 0.1  # how often waits in the main thread look for a received signal
 _CLAIM_GATHER = 0.005  # how long a wide worker waits for more free slots before claiming
 
 
-# ------------------------------------------------------------------------- outcomes
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What a handler run came to: success (``error_code`` None) or a failure."""
-
-    error_code: str | None = None
-    error_detail: str | None = None
-    retryable: bool = True
-    result_ref: str | None = None
-
-    @property
-    def succeeded(self) -> bool:
-        return self.error_code is None
-
-
-def _one_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else ""
-
-
-def outcome_of_exception(exc: BaseException) -> Outcome:
-    """Classify what a handler raised: its own ``JobError``, or an unclassified error.
-
-    Anything but a ``JobError`` becomes ``INTERNAL:UNHANDLED_EXCEPTION`` (or
-    ``TIMEOUT:UNHANDLED`` / ``NETWORK:UNHANDLED`` where the type says so), retryable,
-    with a one-line ``Type: message`` summary; the traceback belongs in the log.
-    """
-    if isinstance(exc, JobError):
-        try:
-            code = error_codes.normalize_error_code(exc.code)
-        except InvalidInput:
-            return Outcome(
-                INVALID_ERROR_CODE,
-                f"handler raised JobError with invalid code {exc.code!r}: {exc.detail}",
-                retryable=False,
-            )
-        return Outcome(code, exc.detail or None, retryable=exc.retryable)
-    summary = f"{type(exc).__name__}: {_one_line(str(exc))}".rstrip(": ")
-    if isinstance(exc, TimeoutError):
-        return Outcome(TIMEOUT_UNHANDLED, summary)
-    if isinstance(exc, ConnectionError):
-        return Outcome(NETWORK_UNHANDLED, summary)
-    return Outcome(error_codes.UNHANDLED_EXCEPTION, summary)
-
-
-# --------------------------------------------------------------------------- stats
-
-
-@dataclass
-class WorkerStats:
-    """What a worker has done so far (counts since it started)."""
-
-    claimed: int = 0
-    succeeded: int = 0
-    failed: int = 0
-    """Failures reported (the job was retried or ended FAILED)."""
-    released: int = 0
-    """Jobs given back at shutdown."""
-    discarded: int = 0
-    """Handler outcomes not reported because the lease was lost or self-fenced."""
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    def add(self, name: str, n: int = 1) -> None:
-        with self._lock:
-            setattr(self, name, getattr(self, name) + n)
-
-
-class _State(enum.Enum):
-    RUNNING = "running"  # the handler runs and the lease is renewed
-    FINISHING = "finishing"  # the outcome is being reported; still renewed
-    ABANDONED = "abandoned"  # the worker gave up on it; its outcome is discarded
-    DONE = "done"
-
-
-@dataclass(eq=False)
-class _Run:
-    lease: Lease
-    context: JobContext
-    state: _State = _State.RUNNING
-    thread: threading.Thread | None = None
-
-    def describe(self) -> str:
-        return f"job {self.lease.job_id} attempt {self.lease.attempt} ({self.lease.type})"
-
-
-# -------------------------------------------------------------------- sweep timing
-
-
-class SweepSchedule:
-    """Jittered intervals between sweeps: a number, or a ``(low, high)`` range."""
-
-    def __init__(self, interval: float | tuple[float, float], rng: random.Random | None = None):
-        low, high = (interval, interval) if isinstance(interval, (int, float)) else interval
-        if not 0 < low <= high:
-            raise InvalidInput(
-                f"sweep interval must be a positive number or a (low, high) range with "
-                f"0 < low <= high, got {interval!r}"
-            )
-        self.low, self.high = float(low), float(high)
-        self._rng = rng or random.Random()
-
-    def next_delay(self) -> float:
-        """Seconds until the next sweep."""
-        return self._rng.uniform(self.low, self.high)
-
-
-def run_sweeper(
-    queue: Queue,
-    interval: float | tuple[float, float],
-    *,
-    should_stop: Callable[[], bool],
-    actor: str = "sweeper",
-    on_sweep: Callable[[SweepResult], None] | None = None,
-) -> SweepResult:
-    """Sweep, then wait a jittered interval, until ``should_stop()``; return the totals.
-
-    A sweep that fails (database locked or down) is logged and tried again next time.
-    """
-    schedule = SweepSchedule(interval)
-    total = SweepResult()
-    while not should_stop():
-        try:
-            result = queue.sweep(actor=actor)
-        except (SQLAlchemyError, SqlqError) as exc:
-            log.warning("sweep failed (%s); trying again later", _one_line(str(exc)))
-        else:
-            total += result
-            if on_sweep is not None:
-                on_sweep(result)
-        deadline = time.monotonic() + schedule.next_delay()
-        while not should_stop() and time.monotonic() < deadline:
-            time.sleep(min(_SIGNAL_POLL, max(0.0, deadline - time.monotonic())))
-    return total
-
-
 def default_worker_id() -> str:
     """``hostname:pid:random``: unique per process, and says where to look."""
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
-
-
-# -------------------------------------------------------------------------- worker
-
-
-class _SuccessBatcher:
-    """Records handler successes in groups: one transaction for many jobs.
-
-    Job threads hand their lease over and wait; one thread takes everything waiting
-    and records it with :meth:`Queue.succeed_many` (each job still fenced by its own
-    token). While one batch commits, the next one gathers, so under load many jobs
-    share a commit and with a single job nothing waits for company.
-    """
-
-    LOST = "lost"
-    RECORDED = "recorded"
-
-    def __init__(self, queue: Queue, max_batch: int = 500) -> None:
-        self._queue = queue
-        self._max_batch = max_batch
-        self._condition = threading.Condition()
-        self._waiting: list[tuple[Lease, list[Any], threading.Event]] = []
-        self._closed = False
-        self._thread = threading.Thread(target=self._loop, name="sqlq-finisher", daemon=True)
-        self._thread.start()
-
-    def submit(self, lease: Lease) -> Any:
-        """Record ``lease``'s success; return RECORDED, LOST, or the database error."""
-        answer: list[Any] = []
-        done = threading.Event()
-        with self._condition:
-            if self._closed:
-                return self._record([lease])[0]
-            self._waiting.append((lease, answer, done))
-            self._condition.notify()
-        done.wait()
-        return answer[0]
-
-    def close(self) -> None:
-        """Record what is waiting, then stop the thread."""
-        with self._condition:
-            self._closed = True
-            self._condition.notify()
-        self._thread.join(timeout=30)
-
-    def _loop(self) -> None:
-        while True:
-            with self._condition:
-                while not self._waiting and not self._closed:
-                    self._condition.wait()
-                if not self._waiting:
-                    return
-                batch = self._waiting[: self._max_batch]
-                del self._waiting[: self._max_batch]
-            answers = self._record([lease for lease, _, _ in batch])
-            for (_, answer, done), result in zip(batch, answers, strict=True):
-                answer.append(result)
-                done.set()
-
-    def _record(self, leases: list[Lease]) -> list[Any]:
-        try:
-            lost = {lease.job_id for lease in self._queue.succeed_many(leases)}
-        except Exception as exc:  # noqa: BLE001 - handed to each waiting job thread
-            return [exc] * len(leases)
-        return [self.LOST if lease.job_id in lost else self.RECORDED for lease in leases]
 
 
 class Worker:
@@ -291,7 +115,8 @@ class Worker:
     of the lease). ``poll_interval`` is how long an idle worker waits before asking
     again. ``sweep_interval`` (seconds, or a ``(low, high)`` range to draw from; None to
     never sweep) schedules the in-worker sweeper. With ``burst=True`` the worker exits
-    once nothing is ready and nothing runs. See the module docs for how jobs are
+    once nothing is ready and nothing runs; it sweeps first thing and again on its
+    way out (unless ``sweep_interval`` is None). See the module docs for how jobs are
     abandoned and how shutdown works.
     """
 
@@ -312,6 +137,7 @@ class Worker:
         burst: bool = False,
         install_signal_handlers: bool = True,
     ) -> None:
+        require_shared_database(queue.engine, "a Worker (one thread per job, plus heartbeats)")
         self.queue = queue
         self.handlers = (
             handlers if isinstance(handlers, HandlerRegistry) else HandlerRegistry(handlers)
@@ -349,17 +175,29 @@ class Worker:
         self.install_signal_handlers = install_signal_handlers
         self.stats = WorkerStats()
 
-        self._lock = threading.Lock()
-        self._runs: dict[int, _Run] = {}  # jobs holding a slot (RUNNING / FINISHING)
-        self._abandoned: list[_Run] = []  # given up on, thread maybe still alive
         self._stopping = threading.Event()  # stop claiming
         self._immediate = threading.Event()  # skip the grace period
         self._shutdown = threading.Event()  # seen by handlers as shutdown_requested
         self._wake = threading.Event()  # a slot was freed, or a stop was asked for
-        self._heartbeats_done = threading.Event()
-        self._signals_received = 0  # only ever incremented by the signal handler
+        self._signals = SignalCounter()
         self._next_sweep: float | None = None
-        self._successes: _SuccessBatcher | None = None
+        self._stuck: list[JobRun] = []  # set when abandoned threads spent the budget
+        self._runs = RunTable(self.concurrency, self.max_abandoned, slot_freed=self._wake)
+        self._executor = JobExecutor(
+            queue,
+            self.handlers,
+            self._runs,
+            self.stats,
+            worker_id=self.worker_id,
+            retry_pause=min(1.0, self.heartbeat_interval),
+        )
+        self._heartbeat = Heartbeat(
+            queue,
+            self._runs,
+            lease_seconds=self.lease_seconds,
+            interval=self.heartbeat_interval,
+            touch_liveness=self._touch_liveness,
+        )
 
     # ------------------------------------------------------------------ control
 
@@ -374,14 +212,15 @@ class Worker:
     @property
     def running_jobs(self) -> list[int]:
         """Ids of the jobs this worker currently holds a slot for."""
-        with self._lock:
-            return sorted(self._runs)
+        return self._runs.job_ids()
 
     def run(self) -> WorkerStats:
         """Register, work until asked to stop (or idle, in burst mode), shut down.
 
         Raises if the worker cannot register (database unreachable, tables missing);
-        after that, database errors are logged and retried, never fatal.
+        after that, database errors are logged and retried, never fatal. Raises
+        :class:`~sqlq_orm.errors.HandlersStuck` after shutting down if stuck handler
+        threads used up the ``max_abandoned`` budget.
         """
         self._register()
         log.info(
@@ -389,30 +228,36 @@ class Worker:
             self.worker_id, ",".join(self.queues), self.concurrency, self.lease_seconds,
             self.heartbeat_interval, ",".join(self.handlers.types) or "(none)",
         )  # fmt: skip
-        heartbeats = threading.Thread(
-            target=self._heartbeat_loop, name="sqlq-heartbeat", daemon=True
-        )
-        heartbeats.start()
-        self._successes = _SuccessBatcher(self.queue)
-        restore = self._install_signals()
+        self._heartbeat.start()
+        self._executor.successes = SuccessBatcher(self.queue)
+        restore = self._signals.install() if self.install_signal_handlers else lambda: None
         try:
             self._claim_loop()
         finally:
             try:
-                self._shut_down(heartbeats)
+                self._shut_down()
             finally:
                 restore()
+        if self._stuck:
+            raise HandlersStuck(
+                self.worker_id, self.max_abandoned, [run.describe() for run in self._stuck]
+            )
         return self.stats
 
     # ---------------------------------------------------------------- main loop
 
     def _claim_loop(self) -> None:
         if self.sweep_schedule is not None:
-            self._next_sweep = time.monotonic() + self.sweep_schedule.next_delay()
+            # A burst worker may be the only one running: it sweeps before it decides
+            # there is nothing to do, or a dead worker's jobs would never come back.
+            first_delay = 0.0 if self.burst else self.sweep_schedule.next_delay()
+            self._next_sweep = time.monotonic() + first_delay
         while not self._poll_signals():
             self._wake.clear()
             self._maybe_sweep()
-            free = self._free_slots()
+            free = self._runs.free_slots()
+            if self._stop_if_stuck():
+                return
             if free == 0:
                 self._wait(self._wake, self.poll_interval)
                 continue
@@ -420,7 +265,7 @@ class Worker:
                 # A wide worker claims a few slots at a time rather than one per
                 # finished job: fewer, larger claim transactions.
                 self._wait(self._wake, _CLAIM_GATHER)
-                if self._free_slots() < self._claim_batch and self.running_jobs:
+                if self._runs.free_slots() < self._claim_batch and self.running_jobs:
                     continue
             leased_at = time.monotonic()
             try:
@@ -434,7 +279,7 @@ class Worker:
             except SQLAlchemyError as exc:
                 log.warning(
                     "claim failed (%s); trying again in %.1fs",
-                    _one_line(str(exc)),
+                    one_line(str(exc)),
                     self.poll_interval,
                 )
                 self._wait(self._stopping, self.poll_interval)
@@ -449,48 +294,37 @@ class Worker:
                 # every freed slot.
                 self._wait(self._stopping, self.poll_interval)
 
-    def _free_slots(self) -> int:
-        with self._lock:
-            self._abandoned = [r for r in self._abandoned if r.thread and r.thread.is_alive()]
-            lingering = max(0, len(self._abandoned) - self.max_abandoned)
-            return max(0, self.concurrency - len(self._runs) - lingering)
+    def _stop_if_stuck(self) -> bool:
+        """Stop for good once stuck threads spent the budget: only a restart helps then."""
+        stuck = self._runs.over_budget()
+        if not stuck:
+            return False
+        self._stuck = stuck
+        log.error(
+            "worker %s: %d abandoned handler threads are still running, more than its "
+            "budget max_abandoned=%d, so it can no longer use all its slots; stuck: %s. "
+            "Stopping so that a supervisor restarts the process (exit status 3)",
+            self.worker_id, len(stuck), self.max_abandoned,
+            "; ".join(run.describe() for run in stuck),
+        )  # fmt: skip
+        self.request_stop()
+        return True
 
     def _maybe_sweep(self) -> None:
         if self._next_sweep is None or self.sweep_schedule is None:
             return
         if time.monotonic() < self._next_sweep:
             return
-        try:
-            self.queue.sweep(actor=f"sweeper@{self.worker_id}"[:WORKER_ID_MAX])
-        except (SQLAlchemyError, SqlqError) as exc:
-            log.warning("sweep failed (%s); trying again later", _one_line(str(exc)))
+        sweep_once(self.queue, actor=self._sweep_actor)
         self._next_sweep = time.monotonic() + self.sweep_schedule.next_delay()
 
-    # ------------------------------------------------------------------ signals
-
-    def _install_signals(self) -> Callable[[], None]:
-        if (
-            not self.install_signal_handlers
-            or threading.current_thread() is not threading.main_thread()
-        ):
-            return lambda: None
-
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            # Only bump a counter: taking a lock (or setting an Event) here could
-            # deadlock on a lock the interrupted main thread holds.
-            self._signals_received += 1
-
-        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-
-        def restore() -> None:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-        return restore
+    @property
+    def _sweep_actor(self) -> str:
+        return f"sweeper@{self.worker_id}"[:WORKER_ID_MAX]
 
     def _poll_signals(self) -> bool:
         """Turn received signals into stop requests; return whether to stop claiming."""
-        received = self._signals_received
+        received = self._signals.received
         if received >= 1 and not self._stopping.is_set():
             log.info(
                 "signal received: finishing running jobs (up to %.0fs), then releasing "
@@ -513,11 +347,9 @@ class Worker:
             left = deadline - time.monotonic()
             if left <= 0:
                 return
-            if self._signals_received:
+            if self._signals.received:
                 self._poll_signals()
             event.wait(min(left, _SIGNAL_POLL))
-
-    # ------------------------------------------------------------------- a job
 
     def _launch(self, lease: Lease, leased_at: float) -> None:
         context = JobContext(
@@ -533,164 +365,24 @@ class Worker:
             leased_at=leased_at,
             shutdown=self._shutdown,
         )
-        run = _Run(lease=lease, context=context)
+        run = JobRun(lease=lease, context=context)
+        if lease.max_runtime_seconds is not None:
+            # Counted from before the claim was sent: never later than the database's.
+            run.deadline = leased_at + lease.max_runtime_seconds
         run.thread = threading.Thread(
-            target=self._execute, args=(run,), name=f"sqlq-job-{lease.job_id}", daemon=True
+            target=self._executor.execute,
+            args=(run,),
+            name=f"sqlq-job-{lease.job_id}",
+            daemon=True,
         )
-        with self._lock:
-            self._runs[lease.job_id] = run
+        self._runs.add(run)
+        if run.deadline is not None:
+            self._heartbeat.watch_deadline()
         self.stats.add("claimed")
         log.debug("%s claimed", run.describe())
         run.thread.start()
 
-    def _execute(self, run: _Run) -> None:
-        lease, context = run.lease, run.context
-        try:
-            try:
-                handler = self.handlers.get(lease.type)
-                if handler is None:
-                    known = ", ".join(self.handlers.types) or "none"
-                    raise JobError(
-                        error_codes.UNKNOWN_TYPE,
-                        f"no handler for job type {lease.type!r} on worker {self.worker_id} "
-                        f"(known: {known})",
-                        retryable=False,
-                    )
-                context.payload = lease.payload
-                returned = handler(context)
-            except JobError as exc:  # classified by the handler: no traceback needed
-                outcome = outcome_of_exception(exc)
-            except BaseException as exc:  # noqa: BLE001 - a handler must never kill its thread silently
-                outcome = outcome_of_exception(exc)
-                log.error("%s raised %s", run.describe(), outcome.error_detail, exc_info=exc)
-            else:
-                outcome = Outcome(result_ref=returned if isinstance(returned, str) else None)
-            self._finish(run, outcome)
-        finally:
-            with self._lock:
-                if self._runs.get(lease.job_id) is run:
-                    del self._runs[lease.job_id]
-                if run.state is not _State.ABANDONED:
-                    run.state = _State.DONE
-            self._wake.set()
-
-    def _finish(self, run: _Run, outcome: Outcome) -> None:
-        with self._lock:
-            reason = run.context.stop_reason
-            if run.state is _State.RUNNING and reason is None:
-                run.state = _State.FINISHING
-        if run.state is not _State.FINISHING:
-            self._discard(run, reason or "lease lost")
-            return
-        while True:
-            try:
-                if outcome.succeeded:
-                    self._record_success(run, outcome)
-                    self.stats.add("succeeded")
-                    log.info("%s succeeded", run.describe())
-                else:
-                    assert outcome.error_code is not None
-                    went_to = self.queue.fail(
-                        run.lease,
-                        outcome.error_code,
-                        outcome.error_detail,
-                        retryable=outcome.retryable,
-                    )
-                    self.stats.add("failed")
-                    log.warning(
-                        "%s failed with %s (%s); job is now %s",
-                        run.describe(),
-                        outcome.error_code,
-                        outcome.error_detail or "no detail",
-                        went_to,
-                    )
-                return
-            except LeaseLost as exc:
-                self._discard(run, str(exc))
-                return
-            except InvalidInput as exc:
-                # Only what the handler handed back can be invalid here (a result_ref).
-                outcome = Outcome(INVALID_RESULT, str(exc), retryable=False)
-            except SQLAlchemyError as exc:
-                # The database is locked or away. Keep trying while the lease (renewed
-                # by the heartbeat thread meanwhile) is surely still ours.
-                reason = run.context.stop_reason
-                if reason is not None:
-                    self._discard(run, reason)
-                    return
-                log.warning(
-                    "%s: could not record its outcome (%s); retrying",
-                    run.describe(),
-                    _one_line(str(exc)),
-                )
-                time.sleep(min(1.0, self.heartbeat_interval))
-
-    def _record_success(self, run: _Run, outcome: Outcome) -> None:
-        """Report a success; raise LeaseLost or the database error like ``succeed``."""
-        if outcome.result_ref is not None or self._successes is None:
-            self.queue.succeed(run.lease, result_ref=outcome.result_ref)
-            return
-        result = self._successes.submit(run.lease)
-        if result is _SuccessBatcher.LOST:
-            raise LeaseLost(run.lease.job_id)
-        if isinstance(result, BaseException):
-            raise result
-
-    def _discard(self, run: _Run, reason: str) -> None:
-        self.stats.add("discarded")
-        log.warning("%s: outcome discarded (%s)", run.describe(), reason)
-
-    def _abandon(self, run: _Run, reason: str, *, runtime_exceeded: bool = False) -> None:
-        """Give up on a RUNNING job (call with ``self._lock`` held): free its slot."""
-        if run.state is not _State.RUNNING:
-            return
-        run.context._give_up(reason, runtime_exceeded=runtime_exceeded)
-        run.state = _State.ABANDONED
-        self._runs.pop(run.lease.job_id, None)
-        self._abandoned.append(run)
-        self._wake.set()
-        log.warning("%s abandoned: %s", run.describe(), reason)
-
-    # --------------------------------------------------------------- heartbeats
-
-    def _heartbeat_loop(self) -> None:
-        while not self._heartbeats_done.wait(self.heartbeat_interval):
-            try:
-                self._heartbeat_once()
-            except Exception:  # noqa: BLE001 - the heartbeat thread must survive anything
-                log.exception("heartbeat round failed")
-
-    def _heartbeat_once(self) -> None:
-        with self._lock:
-            runs = list(self._runs.values())
-        for run in runs:
-            if run.context._given_up:
-                with self._lock:
-                    self._abandon(run, run.context.stop_reason or "given up")
-                continue
-            # Sent even when overdue: if the database still takes it, nobody has taken
-            # the job over and the lease is ours again.
-            sent = time.monotonic()
-            try:
-                self.queue.heartbeat(run.lease, self.lease_seconds)
-            except MaxRuntimeExceeded as exc:
-                with self._lock:
-                    self._abandon(run, str(exc), runtime_exceeded=True)
-                continue
-            except LeaseLost as exc:
-                with self._lock:
-                    # FINISHING or DONE: our own succeed/fail got there first.
-                    self._abandon(run, str(exc))
-                continue
-            except SQLAlchemyError as exc:
-                log.warning("%s: heartbeat failed (%s)", run.describe(), _one_line(str(exc)))
-            else:
-                run.context._renewed(sent)
-            reason = run.context.stop_reason  # self-fences once a whole lease went by
-            if reason is not None:
-                with self._lock:
-                    self._abandon(run, reason)
-        self._touch_liveness()
+    # ----------------------------------------------------------------- liveness
 
     def _register(self) -> None:
         """Upsert this worker's row in the registry (who it is, and that it is alive)."""
@@ -704,13 +396,13 @@ class Worker:
 
     def _touch_liveness(self) -> None:
         try:
-            self._register()
+            once_more_if_disconnected(self._register, "liveness upsert")
         except SQLAlchemyError as exc:
-            log.warning("could not record worker liveness (%s)", _one_line(str(exc)))
+            log.warning("could not record worker liveness (%s)", one_line(str(exc)))
 
     # ----------------------------------------------------------------- shutdown
 
-    def _shut_down(self, heartbeats: threading.Thread) -> None:
+    def _shut_down(self) -> None:
         self._stopping.set()
         self._shutdown.set()
         deadline = time.monotonic() + self.grace_period
@@ -721,14 +413,16 @@ class Worker:
                 break
             self._wait(self._wake, left)
         self._release_remaining()
-        if self._successes is not None:
-            self._successes.close()
-        self._heartbeats_done.set()
-        heartbeats.join(timeout=5)
+        if self.burst and self.sweep_schedule is not None:
+            # And once more on the way out, for the jobs it gave up on itself.
+            sweep_once(self.queue, actor=self._sweep_actor)
+        if self._executor.successes is not None:
+            self._executor.successes.close()
+        self._heartbeat.stop(timeout=5)
         try:
             self.queue.deregister_worker(self.worker_id)
         except SQLAlchemyError as exc:
-            log.warning("could not deregister worker (%s)", _one_line(str(exc)))
+            log.warning("could not deregister worker (%s)", one_line(str(exc)))
         log.info(
             "worker %s stopped: %d claimed, %d succeeded, %d failed, %d released, %d discarded",
             self.worker_id, self.stats.claimed, self.stats.succeeded, self.stats.failed,
@@ -736,18 +430,14 @@ class Worker:
         )  # fmt: skip
 
     def _release_remaining(self) -> None:
-        with self._lock:
-            remaining = [run for run in self._runs.values() if run.state is _State.RUNNING]
-            for run in remaining:
-                self._abandon(run, "released at shutdown")
-        for run in remaining:
+        for run in self._runs.abandon_all_running("released at shutdown"):
             try:
                 self.queue.release(run.lease, reason=f"worker {self.worker_id} shutting down")
             except (LeaseLost, SQLAlchemyError) as exc:
                 log.warning(
                     "%s could not be released (%s); the sweeper will recover it",
                     run.describe(),
-                    _one_line(str(exc)),
+                    one_line(str(exc)),
                 )
             else:
                 self.stats.add("released")

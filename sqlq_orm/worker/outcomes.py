@@ -1,0 +1,66 @@
+"""What a handler run came to, and how an exception a handler raised is classified.
+
+Pure logic, no database: :func:`outcome_of_exception` turns whatever a handler raised
+into an :class:`Outcome` (an error code, a one-line detail, and whether to retry).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlq_orm.core import error_codes
+from sqlq_orm.errors import InvalidInput, JobError
+
+TIMEOUT_UNHANDLED = "TIMEOUT:UNHANDLED"
+"""A handler let a ``TimeoutError`` escape."""
+NETWORK_UNHANDLED = "NETWORK:UNHANDLED"
+"""A handler let a ``ConnectionError`` escape."""
+INVALID_ERROR_CODE = "INTERNAL:INVALID_ERROR_CODE"
+"""A handler raised ``JobError`` with a code that is not ``CATEGORY:SUBCATEGORY``."""
+INVALID_RESULT = "INTERNAL:INVALID_RESULT"
+"""A handler returned a ``result_ref`` the queue refused (e.g. too long)."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a handler run came to: success (``error_code`` None) or a failure."""
+
+    error_code: str | None = None
+    error_detail: str | None = None
+    retryable: bool = True
+    result_ref: str | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        """Whether the handler returned normally."""
+        return self.error_code is None
+
+
+def one_line(text: str) -> str:
+    """The first line of ``text`` (stripped): enough for a log line or an error detail."""
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
+def outcome_of_exception(exc: BaseException) -> Outcome:
+    """Classify what a handler raised: its own ``JobError``, or an unclassified error.
+
+    Anything but a ``JobError`` becomes ``INTERNAL:UNHANDLED_EXCEPTION`` (or
+    ``TIMEOUT:UNHANDLED`` / ``NETWORK:UNHANDLED`` where the type says so), retryable,
+    with a one-line ``Type: message`` summary; the traceback belongs in the log.
+    """
+    if isinstance(exc, JobError):
+        try:
+            code = error_codes.normalize_error_code(exc.code)
+        except InvalidInput:
+            return Outcome(
+                INVALID_ERROR_CODE,
+                f"handler raised JobError with invalid code {exc.code!r}: {exc.detail}",
+                retryable=False,
+            )
+        return Outcome(code, exc.detail or None, retryable=exc.retryable)
+    summary = f"{type(exc).__name__}: {one_line(str(exc))}".rstrip(": ")
+    if isinstance(exc, TimeoutError):
+        return Outcome(TIMEOUT_UNHANDLED, summary)
+    if isinstance(exc, ConnectionError):
+        return Outcome(NETWORK_UNHANDLED, summary)
+    return Outcome(error_codes.UNHANDLED_EXCEPTION, summary)

@@ -1,0 +1,136 @@
+"""The jobs a worker holds, the slots they take, and giving up on them.
+
+Every job a worker claims becomes a :class:`JobRun`. The :class:`RunTable` keeps the
+runs that hold a slot and the *abandoned* ones whose thread may still be alive
+(Python cannot kill a thread), and answers how many slots are free: an abandoned run
+frees its slot at once, but at most ``max_abandoned`` such threads may linger before
+further ones count against the slots again (bounding the thread count at
+``concurrency + max_abandoned``).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+from dataclasses import dataclass
+
+from sqlq_orm.core.lease import Lease
+from sqlq_orm.worker.handlers import JobContext
+
+log = logging.getLogger("sqlq_orm.worker")
+
+
+class RunState(enum.Enum):
+    """Where a claimed job stands in this worker."""
+
+    RUNNING = "running"  #: the handler runs and the lease is renewed
+    FINISHING = "finishing"  #: the outcome is being reported; still renewed
+    ABANDONED = "abandoned"  #: the worker gave up on it; its outcome is discarded
+    DONE = "done"  #: the handler returned and its outcome was dealt with
+
+
+@dataclass(eq=False)
+class JobRun:
+    """One claimed job in this worker: its lease, its handler's context, its thread."""
+
+    lease: Lease
+    context: JobContext
+    state: RunState = RunState.RUNNING
+    thread: threading.Thread | None = None
+    deadline: float | None = None
+    """``time.monotonic()`` past which the job has run longer than its max runtime."""
+
+    def describe(self) -> str:
+        """``job 7 attempt 2 (send_email)``: how the log names this run."""
+        return f"job {self.lease.job_id} attempt {self.lease.attempt} ({self.lease.type})"
+
+
+class RunTable:
+    """The runs holding a slot, the abandoned ones, and the free slots. Thread-safe.
+
+    ``slot_freed`` is set whenever a run gives its slot back, so the claim loop can
+    wait on it instead of polling.
+    """
+
+    def __init__(self, concurrency: int, max_abandoned: int, slot_freed: threading.Event):
+        self.concurrency = concurrency
+        self.max_abandoned = max_abandoned
+        self.slot_freed = slot_freed
+        self._lock = threading.Lock()
+        self._runs: dict[int, JobRun] = {}  # jobs holding a slot (RUNNING / FINISHING)
+        self._abandoned: list[JobRun] = []  # given up on, thread maybe still alive
+
+    def add(self, run: JobRun) -> None:
+        """``run`` takes a slot."""
+        with self._lock:
+            self._runs[run.lease.job_id] = run
+
+    def held(self) -> list[JobRun]:
+        """The runs holding a slot right now (a snapshot)."""
+        with self._lock:
+            return list(self._runs.values())
+
+    def job_ids(self) -> list[int]:
+        """Ids of the jobs holding a slot, sorted."""
+        with self._lock:
+            return sorted(self._runs)
+
+    def free_slots(self) -> int:
+        """Slots a claim may fill: ``concurrency`` less held runs and excess lingerers."""
+        with self._lock:
+            self._abandoned = [r for r in self._abandoned if r.thread and r.thread.is_alive()]
+            lingering = max(0, len(self._abandoned) - self.max_abandoned)
+            return max(0, self.concurrency - len(self._runs) - lingering)
+
+    def over_budget(self) -> list[JobRun]:
+        """The abandoned runs still alive, if more than ``max_abandoned``; else none.
+
+        Past that budget every further stuck thread holds a slot for good: the worker
+        can only get its capacity back by being restarted.
+        """
+        with self._lock:
+            self._abandoned = [r for r in self._abandoned if r.thread and r.thread.is_alive()]
+            return list(self._abandoned) if len(self._abandoned) > self.max_abandoned else []
+
+    def begin_finishing(self, run: JobRun) -> str | None:
+        """Move a RUNNING run to FINISHING; else return why its outcome is discarded."""
+        with self._lock:
+            reason = run.context.stop_reason
+            if run.state is RunState.RUNNING and reason is None:
+                run.state = RunState.FINISHING
+                return None
+        return reason or "lease lost"
+
+    def finished(self, run: JobRun) -> None:
+        """The run's thread is done with it: give its slot back (if it still had one)."""
+        with self._lock:
+            if self._runs.get(run.lease.job_id) is run:
+                del self._runs[run.lease.job_id]
+            if run.state is not RunState.ABANDONED:
+                run.state = RunState.DONE
+        self.slot_freed.set()
+
+    def abandon(self, run: JobRun, reason: str, *, runtime_exceeded: bool = False) -> bool:
+        """Give up on a RUNNING job: stop it, free its slot; False if it was not RUNNING."""
+        with self._lock:
+            return self._abandon(run, reason, runtime_exceeded=runtime_exceeded)
+
+    def abandon_all_running(self, reason: str) -> list[JobRun]:
+        """Give up on every RUNNING job at once (shutdown); return them."""
+        with self._lock:
+            running = [run for run in self._runs.values() if run.state is RunState.RUNNING]
+            for run in running:
+                self._abandon(run, reason)
+        return running
+
+    def _abandon(self, run: JobRun, reason: str, *, runtime_exceeded: bool = False) -> bool:
+        if run.state is not RunState.RUNNING:
+            return False
+        run.context._give_up(reason, runtime_exceeded=runtime_exceeded)
+        run.state = RunState.ABANDONED
+        self._runs.pop(run.lease.job_id, None)
+        self._abandoned.append(run)
+        self.slot_freed.set()
+        log.warning("%s abandoned: %s", run.describe(), reason)
+        return True
