@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from sqlalchemy import bindparam
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
@@ -105,24 +106,35 @@ class Enqueueing(QueueCore):
             payload_ref=payload_ref,
         )
         validation.app_columns(app_columns, self._app_columns)
+        with self._write(session) as connection:
+            job_id, created = self._insert_deduplicated(connection, params, app_columns)
+            if created:
+                self._write_events(connection, [self._enqueued_event(job_id, params)])
+        return EnqueuedJob(id=job_id, created=created)
+
+    def _insert_deduplicated(
+        self, connection: Connection, params: dict[str, Any], app_columns: Mapping[str, Any]
+    ) -> tuple[int, bool]:
+        """Insert one job (no event yet): ``(id, True)``, or ``(existing id, False)``
+        when an unfinished job holds its dedupe key."""
         statement = self.sql.insert_job
-        if dedupe_key is not None:
+        if params["p_dedupe_key"] is not None:
             statement = self.sql.insert_job_unless_duplicate
         if app_columns:
-            statement = statement.values(app_columns)
-        with self._write(session) as connection:
-            job_id = connection.execute(statement, params).scalar_one_or_none()
-            if job_id is None:
-                existing, job_id = self._active_duplicate_or_insert(connection, statement, params)
-                if existing is not None:
-                    return EnqueuedJob(id=existing, created=False)
-            detail = {"queue": queue, "type": type}
-            if dedupe_key is not None:
-                detail["dedupe_key"] = dedupe_key
-            self._write_events(
-                connection, [self._event(job_id, Event.ENQUEUED, SYSTEM_ACTOR, detail)]
-            )
-        return EnqueuedJob(id=job_id, created=True)
+            statement = statement.values(dict(app_columns))
+        job_id = connection.execute(statement, params).scalar_one_or_none()
+        if job_id is not None:
+            return int(job_id), True
+        existing, job_id = self._active_duplicate_or_insert(connection, statement, params)
+        if existing is not None:
+            return existing, False
+        return job_id, True
+
+    def _enqueued_event(self, job_id: int, params: Mapping[str, Any]) -> dict[str, Any]:
+        detail = {"queue": params["p_queue"], "type": params["p_type"]}
+        if params["p_dedupe_key"] is not None:
+            detail["dedupe_key"] = params["p_dedupe_key"]
+        return self._event(job_id, Event.ENQUEUED, SYSTEM_ACTOR, detail)
 
     def _active_duplicate_or_insert(
         self, connection: Connection, statement: Any, params: dict[str, Any]
@@ -161,52 +173,80 @@ class Enqueueing(QueueCore):
     def enqueue_many(
         self, jobs: Iterable[JobSpec | Mapping[str, Any]], *, session: Session | None = None
     ) -> list[int]:
-        """Add many jobs (and their ENQUEUED events) in two statements; return ids.
+        """Add many jobs (and their ENQUEUED events) in one transaction; return their ids.
 
-        All jobs are validated before anything is written; one bad job writes none.
-        ``dedupe_key`` and app columns are not supported here: use :meth:`enqueue`.
+        Each job is a :class:`JobSpec` or a mapping of the same fields, where any other
+        key fills a column the host app added to its job model. All jobs are validated
+        before anything is written; one bad job writes none. Jobs without a
+        ``dedupe_key`` go in as multi-row inserts (one per set of app columns); a job
+        with one is inserted on its own, and where an unfinished job (possibly one
+        earlier in this batch) holds its key, that job's id is returned in its place.
         """
-        params = []
+        prepared: list[tuple[dict[str, Any], dict[str, Any]]] = []
         for index, job in enumerate(jobs):
             try:
-                spec = job if isinstance(job, JobSpec) else JobSpec(**job)
-                params.append(
-                    self._job_params(
-                        spec.type,
-                        spec.payload,
-                        queue=spec.queue,
-                        priority=spec.priority,
-                        run_at=spec.run_at,
-                        delay=spec.delay,
-                        max_retries=spec.max_retries,
-                        max_runtime_seconds=spec.max_runtime_seconds,
-                        dedupe_key=None,
-                        payload_ref=spec.payload_ref,
-                    )
+                spec = job if isinstance(job, JobSpec) else JobSpec.from_mapping(job)
+                params = self._job_params(
+                    spec.type,
+                    spec.payload,
+                    queue=spec.queue,
+                    priority=spec.priority,
+                    run_at=spec.run_at,
+                    delay=spec.delay,
+                    max_retries=spec.max_retries,
+                    max_runtime_seconds=spec.max_runtime_seconds,
+                    dedupe_key=spec.dedupe_key,
+                    payload_ref=spec.payload_ref,
                 )
+                columns = validation.app_columns(dict(spec.columns), self._app_columns)
             except (InvalidInput, TypeError) as exc:
                 raise InvalidInput(f"job #{index} of enqueue_many: {exc}") from None
-        if not params:
+            prepared.append((params, columns))
+        if not prepared:
             return []
+        ids: list[int | None] = [None] * len(prepared)
+        events: list[dict[str, Any] | None] = [None] * len(prepared)
         with self._write(session) as connection:
-            # executemany with RETURNING: SQLAlchemy batches the rows into multi-row
-            # INSERTs. Asking it for the ids in parameter order would make it insert
-            # row by row on SQLite (no "sentinel" support there); but both databases
-            # number the rows of one INSERT in VALUES order, and the batches run in
-            # order, so the sorted ids are the ids in parameter order.
-            ids = sorted(row[0] for row in connection.execute(self.sql.insert_job, params))
-            if len(ids) != len(params):
-                raise SqlqError(f"inserted {len(ids)} of {len(params)} jobs; rolled back")
-            self._write_events(
-                connection,
-                [
-                    self._event(
-                        job_id,
-                        Event.ENQUEUED,
-                        SYSTEM_ACTOR,
-                        {"queue": p["p_queue"], "type": p["p_type"]},
-                    )
-                    for job_id, p in zip(ids, params, strict=True)
-                ],
-            )
+            bulk: dict[tuple[str, ...], list[int]] = {}
+            for index, (params, columns) in enumerate(prepared):
+                if params["p_dedupe_key"] is None:
+                    bulk.setdefault(tuple(sorted(columns)), []).append(index)
+                    continue
+                job_id, created = self._insert_deduplicated(connection, params, columns)
+                ids[index] = job_id
+                if created:
+                    events[index] = self._enqueued_event(job_id, params)
+            for names, indexes in bulk.items():
+                for index, job_id in zip(
+                    indexes, self._insert_bulk(connection, names, prepared, indexes), strict=True
+                ):
+                    ids[index] = job_id
+                    events[index] = self._enqueued_event(job_id, prepared[index][0])
+            self._write_events(connection, [e for e in events if e is not None])
+        return [job_id for job_id in ids if job_id is not None]
+
+    def _insert_bulk(
+        self,
+        connection: Connection,
+        names: tuple[str, ...],
+        prepared: list[tuple[dict[str, Any], dict[str, Any]]],
+        indexes: list[int],
+    ) -> list[int]:
+        """Insert the jobs at ``indexes`` (same app columns ``names``); ids in that order."""
+        statement = self.sql.insert_job
+        rows = [prepared[i][0] for i in indexes]
+        if names:
+            statement = statement.values({name: bindparam(f"p_app_{name}") for name in names})
+            rows = [
+                {**prepared[i][0], **{f"p_app_{n}": prepared[i][1][n] for n in names}}
+                for i in indexes
+            ]
+        # executemany with RETURNING: SQLAlchemy batches the rows into multi-row
+        # INSERTs. Asking it for the ids in parameter order would make it insert
+        # row by row on SQLite (no "sentinel" support there); but both databases
+        # number the rows of one INSERT in VALUES order, and the batches run in
+        # order, so the sorted ids are the ids in parameter order.
+        ids = sorted(int(row[0]) for row in connection.execute(statement, rows))
+        if len(ids) != len(rows):
+            raise SqlqError(f"inserted {len(ids)} of {len(rows)} jobs; rolled back")
         return ids

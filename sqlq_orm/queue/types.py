@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 
@@ -28,6 +29,17 @@ class JobSpec:
     max_retries: int | None = None
     max_runtime_seconds: int | None = None
     payload_ref: str | None = None
+    dedupe_key: str | None = None
+    columns: Mapping[str, Any] = field(default_factory=dict)
+    """Values for columns the host app added to its job model."""
+
+    @classmethod
+    def from_mapping(cls, job: Mapping[str, Any]) -> JobSpec:
+        """A spec from a mapping: JobSpec's fields by name, any other key an app column."""
+        known = {f.name for f in fields(cls)} - {"columns"}
+        columns = {**job.get("columns", {}), **{k: v for k, v in job.items() if k not in known}}
+        columns.pop("columns", None)
+        return cls(**{k: v for k, v in job.items() if k in known}, columns=columns)
 
 
 @dataclass(frozen=True)

@@ -220,3 +220,62 @@ def test_enqueue_fills_a_column_the_app_added_to_its_job_model(engine):
         ).scalar_one()
     assert tenant == "acme"
     assert host_queue.get_job(job.id).events[0].event == "ENQUEUED"
+
+
+def _host_queue(engine) -> Queue:
+    HostBase.metadata.create_all(engine)
+    return Queue(
+        engine,
+        clock=PinnedClock(T0),
+        models=Models(job=HostJob, attempt=HostAttempt, event=HostEvent, worker=WorkerRecord),
+    )
+
+
+def _tenants(engine, ids: list[int]) -> list[str | None]:
+    jobs = HostJob.__table__
+    with engine.connect() as connection:
+        rows = connection.execute(select(jobs.c.id, jobs.c.tenant).where(jobs.c.id.in_(ids)))
+        found = {job_id: tenant for job_id, tenant in rows}
+    return [found[i] for i in ids]
+
+
+def test_enqueue_many_fills_app_columns_given_by_name_or_in_columns(engine):
+    host_queue = _host_queue(engine)
+
+    ids = host_queue.enqueue_many(
+        [
+            {"type": "bill", "tenant": "acme"},
+            JobSpec("bill", columns={"tenant": "globex"}),
+            {"type": "bill"},
+            {"type": "bill", "tenant": "initech", "priority": 3},
+        ]
+    )
+
+    assert len(set(ids)) == 4
+    assert _tenants(engine, ids) == ["acme", "globex", None, "initech"]
+    assert [host_queue.get_job(i).events[0].event for i in ids] == ["ENQUEUED"] * 4
+
+
+def test_enqueue_many_refuses_an_unknown_column_naming_the_job(queue, engine):
+    with pytest.raises(Exception, match=r"job #1 of enqueue_many: unknown job column\(s\) \['x'\]"):
+        queue.enqueue_many([{"type": "a"}, {"type": "b", "x": 1}])
+
+    assert row_counts(engine)["sqlq_jobs"] == 0
+
+
+def test_enqueue_many_with_dedupe_keys_returns_the_holder_of_a_live_key(queue, engine):
+    held = queue.enqueue("sync", dedupe_key="account-7")
+
+    ids = queue.enqueue_many(
+        [
+            {"type": "sync", "dedupe_key": "account-7"},  # held before the batch
+            {"type": "sync", "dedupe_key": "account-8"},  # new
+            {"type": "sync"},
+            {"type": "sync", "dedupe_key": "account-8"},  # held earlier in this batch
+        ]
+    )
+
+    assert ids[0] == held.id and ids[3] == ids[1]
+    assert len({held.id, ids[1], ids[2]}) == 3
+    assert row_counts(engine)["sqlq_jobs"] == 3
+    assert [event_names(engine, i) for i in (held.id, ids[1], ids[2])] == [["ENQUEUED"]] * 3
