@@ -17,7 +17,7 @@ from sqlalchemy import func, select
 import sqlq_orm
 from sqlq_orm import HandlerRegistry, JobContext, Worker
 from sqlq_orm.schema.models import WorkerRecord
-from tests.worker_helpers import Processes, job_row, running, wait_until
+from tests.support.worker_helpers import Processes, job_row, running, wait_until
 
 FAST = {"poll_interval": 0.05, "sweep_interval": None, "install_signal_handlers": False}
 EXIT_HANDLERS_STUCK = 3
@@ -166,20 +166,20 @@ def test_heartbeat_on_a_connection_the_server_timed_out_retries_and_the_job_succ
 
 
 def test_cli_worker_engine_pings_pooled_connections(tmp_path, monkeypatch):
-    from sqlq_orm.cli import commands
+    from sqlq_orm.cli import connect, main
 
     made: list[dict] = []
-    real = commands.open_engine
+    real = connect.open_engine
 
     def recording(db, **kwargs):
         made.append(kwargs)
         return real(db, **kwargs)
 
-    monkeypatch.setattr(commands, "open_engine", recording)
+    monkeypatch.setattr(connect, "open_engine", recording)
     db = f"sqlite:///{tmp_path / 'q.db'}"
-    assert commands.main(["--db", db, "migrate"]) == 0
+    assert main(["--db", db, "migrate"]) == 0
     made.clear()
-    assert commands.main(["--db", db, "worker", "--handlers", "tests.handlers_for_tests",
+    assert main(["--db", db, "worker", "--handlers", "tests.support.handlers_for_tests",
                           "--burst", "--no-sweep"]) == 0  # fmt: skip
 
     assert made and all(kwargs.get("pool_pre_ping") for kwargs in made)
