@@ -34,6 +34,8 @@ class Lease:
     lease_expires_at: int
     deadline_at: int | None = None
     started: bool = False
+    columns: dict[str, Any] = field(default_factory=dict)
+    """Values of the columns the host app added to its job model, by name."""
     last_heartbeat_event: float = field(default=0.0, repr=False, compare=False)
 
     @property

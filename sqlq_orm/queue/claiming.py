@@ -97,8 +97,7 @@ class Claiming(QueueCore):
         leases.sort(key=lambda lease: lease.job_id)
         return leases
 
-    @staticmethod
-    def _lease_from_row(row: Any, worker_id: str, *, started: bool) -> Lease:
+    def _lease_from_row(self, row: Any, worker_id: str, *, started: bool) -> Lease:
         return Lease(
             job_id=row.id,
             token=row.lease_token,
@@ -114,5 +113,6 @@ class Claiming(QueueCore):
             lease_expires_at=row.lease_expires_at,
             deadline_at=row.deadline_at,
             started=started,
+            columns={c.key: row._mapping[c] for c in self.sql.app_columns},
             last_heartbeat_event=time.monotonic(),
         )

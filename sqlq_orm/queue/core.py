@@ -36,16 +36,6 @@ DEFAULT_HEARTBEAT_EVENT_INTERVAL = 300.0
 
 SYSTEM_ACTOR = "system"
 
-_SERVICE_COLUMNS = frozenset(
-    {
-        "id", "queue", "type", "status", "priority", "payload", "payload_ref",
-        "result_ref", "dedupe_key", "created_at", "run_at", "claimed_at", "started_at",
-        "heartbeat_at", "lease_expires_at", "deadline_at", "finished_at", "claimed_by",
-        "lease_token", "attempt_count", "retry_count", "max_retries",
-        "max_runtime_seconds", "error_code", "error_detail",
-    }
-)  # fmt: skip
-
 
 @dataclass
 class DeferredWrites:
@@ -101,7 +91,7 @@ class QueueCore:
         self.dialect = self.context.dialect
         self.tables = self.context.tables
         self.sql = self.context.sql
-        self._app_columns = self.sql.job_columns - _SERVICE_COLUMNS
+        self._app_columns = frozenset(self.sql.app_column_names)
 
     # ------------------------------------------------------------------ plumbing
 

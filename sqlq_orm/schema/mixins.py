@@ -67,6 +67,18 @@ def _in(column: str, values: Any) -> str:
     return f"{column} IN ({listed})"
 
 
+JOB_MIXIN_COLUMNS = frozenset(
+    {
+        "id", "queue", "type", "status", "priority", "payload", "payload_ref",
+        "result_ref", "dedupe_key", "created_at", "run_at", "claimed_at", "started_at",
+        "heartbeat_at", "lease_expires_at", "deadline_at", "finished_at", "claimed_by",
+        "lease_token", "attempt_count", "retry_count", "max_retries",
+        "max_runtime_seconds", "error_code", "error_detail",
+    }
+)  # fmt: skip
+"""The columns :class:`JobMixin` defines; any other column of a job table is the app's."""
+
+
 class JobMixin:
     """The current state of a job: one row per job (default table ``sqlq_jobs``)."""
 

@@ -140,6 +140,7 @@ class JobContext:
         lease_seconds: float,
         leased_at: float,
         shutdown: threading.Event,
+        columns: Mapping[str, Any] | None = None,
     ) -> None:
         self.job_id = job_id
         self.attempt = attempt
@@ -149,6 +150,8 @@ class JobContext:
         self.payload_ref = payload_ref
         self.worker_id = worker_id
         self.retries_left = retries_left
+        self.columns: Mapping[str, Any] = dict(columns or {})
+        """The job's values for the columns the host app added (e.g. ``tenant_id``)."""
         self._lease_seconds = lease_seconds
         self._shutdown = shutdown
         self._stop = threading.Event()

@@ -364,6 +364,7 @@ class Worker:
             lease_seconds=self.lease_seconds,
             leased_at=leased_at,
             shutdown=self._shutdown,
+            columns=lease.columns,
         )
         run = JobRun(lease=lease, context=context)
         if lease.max_runtime_seconds is not None:

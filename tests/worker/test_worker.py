@@ -63,6 +63,31 @@ def test_handler_gets_its_job_in_the_context(queue):
     assert not ctx.should_stop
 
 
+def test_handler_reads_the_app_columns_of_its_job_from_the_context(engine, clock):
+    from tests.conformance.test_service_enqueue import HostAttempt, HostBase, HostEvent, HostJob
+
+    HostBase.metadata.create_all(engine)
+    models = sqlq_orm.Models(job=HostJob, attempt=HostAttempt, event=HostEvent, worker=WorkerRecord)
+    host_queue = sqlq_orm.Queue(engine, clock=clock, models=models)
+    seen: list[JobContext] = []
+    host_queue.enqueue("bill", tenant="acme")
+    host_queue.enqueue("bill")
+
+    burst(host_queue, HandlerRegistry({"bill": seen.append}))
+
+    assert sorted((ctx.columns["tenant"] or "") for ctx in seen) == ["", "acme"]
+    assert all(set(ctx.columns) == {"tenant"} for ctx in seen)
+
+
+def test_the_library_models_give_a_handler_no_app_columns(queue):
+    seen: list[JobContext] = []
+    queue.enqueue("inspect")
+
+    burst(queue, HandlerRegistry({"inspect": seen.append}))
+
+    assert [dict(ctx.columns) for ctx in seen] == [{}]
+
+
 def test_non_retryable_job_error_fails_the_job_with_its_code_and_detail(queue):
     registry = HandlerRegistry()
 

@@ -16,6 +16,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from sqlq_orm.db.backends import Backend
 from sqlq_orm.db.tables import Tables
+from sqlq_orm.schema.mixins import JOB_MIXIN_COLUMNS
 from sqlq_orm.schema.states import ACTIVE, HELD
 
 HELD_VALUES = sorted(s.value for s in HELD)
@@ -48,6 +49,10 @@ class StatementGroup:
         self.tables = tables
         self.dialect = dialect
         self.now = now
+        self.app_columns = tuple(c for c in tables.jobs.c if c.name not in JOB_MIXIN_COLUMNS)
+        """Columns the host app added to its job model (enqueue fills them, a claim
+        returns them for the handler)."""
+        self.app_column_names = tuple(c.key for c in self.app_columns)
 
     def lease_guard(self) -> ColumnElement[bool]:
         """``id = :p_id AND lease_token = :p_token``: the fence of every lease call."""

@@ -132,5 +132,7 @@ class ClaimStatements(StatementGroup):
                 j.max_runtime_seconds,
                 j.lease_expires_at,
                 j.deadline_at,
+                # The app's own columns, for the handler (JobContext.columns).
+                *self.app_columns,
             )
         )
