@@ -61,8 +61,12 @@ def _connection(
     engine = bind if isinstance(bind, Engine) else create_engine(bind, poolclass=NullPool)
     try:
         with engine.connect() as connection:
-            if read_only:
-                connection.execution_options(**backend_for(engine).read_options)
+            backend = backend_for(engine)
+            # Alembic begins the transaction; the options decide how (SQLite: a
+            # migration takes the write lock at BEGIN, which also serialises two).
+            connection.execution_options(
+                **(backend.read_options if read_only else backend.write_options)
+            )
             yield connection
     finally:
         if engine is not bind:

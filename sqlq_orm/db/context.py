@@ -43,6 +43,7 @@ class QueueContext:
         self.tables: Tables = self.models.tables()
         self.sql = Statements(self.tables, self.dialect, self.clock.sql_now())
         self._read_engine = engine.execution_options(**self.dialect.read_options)
+        self._write_engine = engine.execution_options(**self.dialect.write_options)
         self._snapshot_engine = engine.execution_options(**self.dialect.snapshot_options)
         self._same_database: weakref.WeakSet[Engine] = weakref.WeakSet()
 
@@ -54,7 +55,7 @@ class QueueContext:
             self._require_same_database(connection.engine)
             yield connection
             return
-        with self.engine.begin() as connection:
+        with self._write_engine.begin() as connection:
             yield connection
 
     def _require_same_database(self, engine: Engine) -> None:

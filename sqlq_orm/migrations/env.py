@@ -22,6 +22,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.pool import NullPool
 
 from alembic import context
+from sqlq_orm.db.backends import backend_for
 from sqlq_orm.db.engine import create_engine
 from sqlq_orm.db.maintenance import (
     check_foreign_keys,
@@ -61,6 +62,8 @@ def run_migrations_offline() -> None:
 
 def run_migrations_on(connection: Connection) -> None:
     """Run the migrations on ``connection`` in one transaction."""
+    # SQLite: BEGIN IMMEDIATE, so concurrent migrations queue up for the write lock.
+    connection.execution_options(**backend_for(connection.engine).write_options)
     with foreign_keys_suspended(connection):
         context.configure(connection=connection, **options)
         with context.begin_transaction():

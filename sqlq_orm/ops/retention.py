@@ -257,7 +257,7 @@ def prune(
 
     workers = 0
     if worker_cutoff is not None:
-        with context.engine.begin() as connection:
+        with context.write() as connection:
             workers = connection.execute(q.delete_workers(worker_cutoff)).rowcount
 
     deleted = dict.fromkeys(cutoffs, 0)
@@ -275,7 +275,7 @@ def prune(
             if not budget_left():
                 complete = False
                 break
-            with context.engine.begin() as connection:
+            with context.write() as connection:
                 _require_cascade(connection)
                 count = connection.execute(q.delete_jobs(status, cutoff, batch_size)).rowcount
             if count:
@@ -290,7 +290,7 @@ def prune(
             if not budget_left():
                 complete = False
                 break
-            with context.engine.begin() as connection:
+            with context.write() as connection:
                 ids = (
                     connection.execute(q.delete_heartbeats(after_id, heartbeat_cutoff, batch_size))
                     .scalars()

@@ -1,5 +1,7 @@
-"""SQLite engine hooks: PRAGMAs on every pooled connection, BEGIN IMMEDIATE for writes,
-reads that never take the write lock, and two processes writing one file at once.
+"""SQLite engine hooks: PRAGMAs on every pooled connection, BEGIN IMMEDIATE for the
+queue's writes (and SQLite's own DEFERRED for everything else on the engine, such as an
+app's sessions), reads that never take the write lock, and two processes writing one
+file at once.
 
 These are SQLite behaviours, so the tests use a SQLite file of their own. Where a
 test needs a lock to be refused, the engine's busy_timeout is short so the refusal
@@ -16,8 +18,10 @@ import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session
 
 import sqlq_orm
+from sqlq_orm.db.backends import backend_for
 from sqlq_orm.db.engine import DEFAULT_BUSY_TIMEOUT_MS
 from sqlq_orm.schema.models import Base, Job, JobEvent
 
@@ -82,21 +86,44 @@ def test_configure_engine_hooks_a_host_apps_engine(sqlite_url):
     engine.dispose()
 
 
-def test_a_write_transaction_takes_the_write_lock_when_it_begins(impatient_engine):
+def queue_writes(engine: Engine) -> Engine:
+    """The engine as the queue's write transactions use it."""
+    return engine.execution_options(**backend_for(engine).write_options)
+
+
+def test_a_queue_write_transaction_takes_the_write_lock_when_it_begins(impatient_engine):
     # The first transaction runs no statement: only its BEGIN IMMEDIATE holds the lock.
     with (
-        impatient_engine.begin(),
-        impatient_engine.connect() as second,
+        queue_writes(impatient_engine).begin(),
+        queue_writes(impatient_engine).connect() as second,
         pytest.raises(OperationalError, match="database is locked"),
     ):
         second.begin()
+
+
+def test_two_app_sessions_on_the_queues_engine_read_at_the_same_time(impatient_engine):
+    # An app that uses sqlq's engine for its own sessions must not be serialised
+    # behind BEGIN IMMEDIATE: two read-only sessions, both open, both read.
+    with Session(impatient_engine) as first, Session(impatient_engine) as second:
+        first.execute(select(func.count()).select_from(Job)).scalar_one()
+        assert second.execute(select(func.count()).select_from(Job)).scalar_one() == 0
+        first.execute(select(func.count()).select_from(Job)).scalar_one()
+
+
+def test_an_app_session_that_writes_waits_for_the_queue_then_commits(impatient_engine):
+    queue = sqlq_orm.Queue(impatient_engine, clock=sqlq_orm.PinnedClock(1_700_000_000))
+
+    with Session(impatient_engine) as session, session.begin():
+        queue.enqueue("from_the_app", session=session)  # first write takes the lock
+
+    assert queue.counts_by_status()["QUEUED"] == 1
 
 
 def test_a_read_proceeds_while_another_connection_holds_a_write(impatient_engine):
     queue = sqlq_orm.Queue(impatient_engine, clock=sqlq_orm.PinnedClock(1_700_000_000))
     queue.enqueue("committed")
 
-    with impatient_engine.begin() as writer:
+    with queue_writes(impatient_engine).begin() as writer:
         writer.execute(
             text(
                 "INSERT INTO sqlq_jobs (queue, type, status, priority, created_at, run_at,"

@@ -21,6 +21,7 @@ from sqlalchemy import event, text
 
 import sqlq_orm
 from sqlq_orm import JobStatus, Worker
+from sqlq_orm.db.backends import backend_for
 from sqlq_orm.ops.invariants import check
 from tests.support.faultkit import GIVE_UP_SECONDS, PauseAfter
 
@@ -309,7 +310,9 @@ def write_lock_on_job(engine, job_id: int) -> Iterator[None]:
     """Hold a lock that keeps heartbeats for ``job_id`` from landing."""
     with engine.connect() as connection:
         if engine.dialect.name == "sqlite":
-            connection.begin()  # BEGIN IMMEDIATE: the database's single write lock
+            # BEGIN IMMEDIATE, as the queue's writes begin: the single write lock.
+            connection.execution_options(**backend_for(engine).write_options)
+            connection.begin()
         else:
             connection.begin()
             connection.execute(

@@ -324,7 +324,7 @@ def test_stats_run_while_another_connection_holds_the_write_lock(db_url, engine,
     queue = sqlq_orm.Queue(impatient, clock=clock)
     queue.enqueue("resize")
 
-    with engine.begin() as writer:  # BEGIN IMMEDIATE on SQLite: holds the write lock
+    with engine.begin() as writer:  # its INSERT takes SQLite's write lock until commit
         writer.execute(insert(queue.tables.workers).values(
             id="w-1", hostname="h", pid=1, queues="default", concurrency=1,
             started_at=NOW, last_seen_at=NOW,

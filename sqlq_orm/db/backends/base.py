@@ -64,6 +64,10 @@ class Backend:
     """``insert`` construct with ``on_conflict_do_update`` / ``do_nothing``."""
     read_options: dict[str, Any]
     """Execution options for a read-only transaction."""
+    write_options: dict[str, Any]
+    """Execution options for the queue's write transactions (SQLite: take the write
+    lock at BEGIN). Connections without them begin the database's default way, so an
+    app sharing the engine is not serialised behind the queue."""
     lock_rows: Callable[[Select[Any], bool], Select[Any]]
     """Make a claim's candidate ``SELECT`` lock what it reads (``skip_locked``: pass
     over rows another transaction holds instead of waiting for them)."""

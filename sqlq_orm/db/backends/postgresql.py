@@ -71,6 +71,7 @@ BACKEND = Backend(
     title="PostgreSQL",
     insert=postgresql.insert,
     read_options={},  # MVCC: reads never block writers
+    write_options={},
     pick=_pick,
     token_for_row=_token_for_row,
     bind_tokens=list,

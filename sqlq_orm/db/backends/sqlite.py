@@ -42,7 +42,7 @@ def is_file(url: sqlalchemy.URL) -> bool:
 
 
 def install_hooks(engine: Engine, busy_timeout_ms: int) -> None:
-    """PRAGMAs on every new connection; ``BEGIN IMMEDIATE`` unless a read is asked for."""
+    """PRAGMAs on every new connection; ``BEGIN`` in the mode the connection asks for."""
     use_wal = is_file(engine.url)
 
     @event.listens_for(engine, "connect")
@@ -66,7 +66,10 @@ def install_hooks(engine: Engine, busy_timeout_ms: int) -> None:
         # A DEFERRED transaction that reads and then writes fails at once with
         # "database is locked" if another writer got in between, ignoring
         # busy_timeout; IMMEDIATE takes the write lock up front and waits for it.
-        mode = connection.get_execution_options().get(BEGIN_OPTION, "IMMEDIATE")
+        # The queue asks for IMMEDIATE on its own writes (Backend.write_options); any
+        # other transaction on the engine (an app's session) begins DEFERRED, as
+        # SQLite's own default, so two readers never wait for each other.
+        mode = connection.get_execution_options().get(BEGIN_OPTION, "DEFERRED")
         if mode not in _BEGIN_MODES:
             raise InvalidInput(f"{BEGIN_OPTION} must be one of {sorted(_BEGIN_MODES)}")
         connection.exec_driver_sql(f"BEGIN {mode}")
@@ -140,6 +143,7 @@ BACKEND = Backend(
     title="SQLite",
     insert=sqlite.insert,
     read_options={BEGIN_OPTION: "DEFERRED"},
+    write_options={BEGIN_OPTION: "IMMEDIATE"},
     pick=_pick,
     token_for_row=_token_for_row,
     bind_tokens=lambda tokens: json.dumps(list(tokens)),
