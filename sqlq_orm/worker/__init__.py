@@ -14,8 +14,9 @@ What lives here, one concern per module:
 - :mod:`~sqlq_orm.worker.completer`: successes recorded in groups;
 - :mod:`~sqlq_orm.worker.outcomes`: how a handler's return or exception is classified;
 - :mod:`~sqlq_orm.worker.sweeping`: the sweep schedule and a stand-alone sweeper loop;
-- :mod:`~sqlq_orm.worker.signals`, :mod:`~sqlq_orm.worker.stats`: SIGTERM/SIGINT
-  counting, and the worker's counters.
+- :mod:`~sqlq_orm.worker.stopping`: stop requests (SIGTERM/SIGINT or a call) and
+  waits that heed them;
+- :mod:`~sqlq_orm.worker.stats`: the worker's counters.
 
 The worker never writes SQL: it only calls ``Queue`` methods. It may import
 :mod:`sqlq_orm.schema`, :mod:`sqlq_orm.core`, the :mod:`sqlq_orm.db` types and

@@ -73,8 +73,8 @@ from sqlq_orm.worker.outcomes import (
     outcome_of_exception,
 )
 from sqlq_orm.worker.runs import JobRun, RunTable
-from sqlq_orm.worker.signals import SignalCounter
 from sqlq_orm.worker.stats import WorkerStats
+from sqlq_orm.worker.stopping import StopRequests
 from sqlq_orm.worker.sweeping import DEFAULT_SWEEP_INTERVAL, SweepSchedule, run_sweeper, sweep_once
 
 __all__ = [
@@ -97,7 +97,6 @@ log = logging.getLogger("sqlq_orm.worker")
 
 DEFAULT_GRACE_PERIOD = 30.0
 
-_SIGNAL_POLL = 0.1  # how often waits in the main thread look for a received signal
 _CLAIM_GATHER = 0.005  # how long a wide worker waits for more free slots before claiming
 
 
@@ -175,14 +174,10 @@ class Worker:
         self.install_signal_handlers = install_signal_handlers
         self.stats = WorkerStats()
 
-        self._stopping = threading.Event()  # stop claiming
-        self._immediate = threading.Event()  # skip the grace period
-        self._shutdown = threading.Event()  # seen by handlers as shutdown_requested
-        self._wake = threading.Event()  # a slot was freed, or a stop was asked for
-        self._signals = SignalCounter()
+        self._stop = StopRequests(self.grace_period)
         self._next_sweep: float | None = None
         self._stuck: list[JobRun] = []  # set when abandoned threads spent the budget
-        self._runs = RunTable(self.concurrency, self.max_abandoned, slot_freed=self._wake)
+        self._runs = RunTable(self.concurrency, self.max_abandoned, slot_freed=self._stop.wake)
         self._executor = JobExecutor(
             queue,
             self.handlers,
@@ -203,11 +198,7 @@ class Worker:
 
     def request_stop(self, *, immediate: bool = False) -> None:
         """Stop claiming and shut down (gracefully unless ``immediate``). Thread-safe."""
-        if immediate:
-            self._immediate.set()
-        self._stopping.set()
-        self._shutdown.set()
-        self._wake.set()
+        self._stop.request(immediate=immediate)
 
     @property
     def running_jobs(self) -> list[int]:
@@ -230,7 +221,7 @@ class Worker:
         )  # fmt: skip
         self._heartbeat.start()
         self._executor.successes = SuccessBatcher(self.queue)
-        restore = self._signals.install() if self.install_signal_handlers else lambda: None
+        restore = self._stop.signals.install() if self.install_signal_handlers else lambda: None
         try:
             self._claim_loop()
         finally:
@@ -252,19 +243,19 @@ class Worker:
             # there is nothing to do, or a dead worker's jobs would never come back.
             first_delay = 0.0 if self.burst else self.sweep_schedule.next_delay()
             self._next_sweep = time.monotonic() + first_delay
-        while not self._poll_signals():
-            self._wake.clear()
+        while not self._stop.poll_signals():
+            self._stop.wake.clear()
             self._maybe_sweep()
             free = self._runs.free_slots()
             if self._stop_if_stuck():
                 return
             if free == 0:
-                self._wait(self._wake, self.poll_interval)
+                self._stop.wait(self._stop.wake, self.poll_interval)
                 continue
             if free < self._claim_batch and self.running_jobs:
                 # A wide worker claims a few slots at a time rather than one per
                 # finished job: fewer, larger claim transactions.
-                self._wait(self._wake, _CLAIM_GATHER)
+                self._stop.wait(self._stop.wake, _CLAIM_GATHER)
                 if self._runs.free_slots() < self._claim_batch and self.running_jobs:
                     continue
             leased_at = time.monotonic()
@@ -282,7 +273,7 @@ class Worker:
                     one_line(str(exc)),
                     self.poll_interval,
                 )
-                self._wait(self._stopping, self.poll_interval)
+                self._stop.wait(self._stop.stopping, self.poll_interval)
                 continue
             for lease in leases:
                 self._launch(lease, leased_at)
@@ -292,7 +283,7 @@ class Worker:
                     return
                 # Nothing more is ready: ask again after the poll interval, not on
                 # every freed slot.
-                self._wait(self._stopping, self.poll_interval)
+                self._stop.wait(self._stop.stopping, self.poll_interval)
 
     def _stop_if_stuck(self) -> bool:
         """Stop for good once stuck threads spent the budget: only a restart helps then."""
@@ -322,35 +313,6 @@ class Worker:
     def _sweep_actor(self) -> str:
         return f"sweeper@{self.worker_id}"[:WORKER_ID_MAX]
 
-    def _poll_signals(self) -> bool:
-        """Turn received signals into stop requests; return whether to stop claiming."""
-        received = self._signals.received
-        if received >= 1 and not self._stopping.is_set():
-            log.info(
-                "signal received: finishing running jobs (up to %.0fs), then releasing "
-                "the rest; send it again to stop now",
-                self.grace_period,
-            )
-            self.request_stop()
-        if received >= 2 and not self._immediate.is_set():
-            log.info("second signal: stopping now")
-            self.request_stop(immediate=True)
-        return self._stopping.is_set()
-
-    def _wait(self, event: threading.Event, timeout: float) -> None:
-        """Wait for ``event`` up to ``timeout``, noticing signals within a tenth of a second.
-
-        A received signal sets ``_stopping`` and ``_wake``, which ends the wait.
-        """
-        deadline = time.monotonic() + timeout
-        while not event.is_set():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            if self._signals.received:
-                self._poll_signals()
-            event.wait(min(left, _SIGNAL_POLL))
-
     def _launch(self, lease: Lease, leased_at: float) -> None:
         context = JobContext(
             job_id=lease.job_id,
@@ -363,7 +325,7 @@ class Worker:
             retries_left=lease.retries_left,
             lease_seconds=self.lease_seconds,
             leased_at=leased_at,
-            shutdown=self._shutdown,
+            shutdown=self._stop.shutdown,
             columns=lease.columns,
         )
         run = JobRun(lease=lease, context=context)
@@ -404,15 +366,15 @@ class Worker:
     # ----------------------------------------------------------------- shutdown
 
     def _shut_down(self) -> None:
-        self._stopping.set()
-        self._shutdown.set()
+        self._stop.stopping.set()
+        self._stop.shutdown.set()
         deadline = time.monotonic() + self.grace_period
-        while not self._immediate.is_set():
-            self._wake.clear()  # before looking, so a job ending meanwhile still wakes us
+        while not self._stop.immediate.is_set():
+            self._stop.wake.clear()  # before looking, so a job ending meanwhile still wakes us
             left = deadline - time.monotonic()
             if not self.running_jobs or left <= 0:
                 break
-            self._wait(self._wake, left)
+            self._stop.wait(self._stop.wake, left)
         self._release_remaining()
         if self.burst and self.sweep_schedule is not None:
             # And once more on the way out, for the jobs it gave up on itself.
