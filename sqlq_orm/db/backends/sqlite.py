@@ -8,6 +8,7 @@ hooks turn them on), which is why a table rebuild must turn them off first.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -22,12 +23,18 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from sqlq_orm.db.backends.base import Backend, MaintenanceStatement
 from sqlq_orm.db.clock import epoch_now
-from sqlq_orm.errors import InvalidInput
+from sqlq_orm.errors import InvalidInput, SqlqError
 
 BEGIN_OPTION = "sqlq_sqlite_begin"
 """Execution option naming the ``BEGIN`` mode of a SQLite transaction."""
 
 _BEGIN_MODES = frozenset({"IMMEDIATE", "DEFERRED", "EXCLUSIVE"})
+
+_DROP_TABLE = re.compile(
+    r"""^\s*DROP\s+TABLE\s+(?:IF\s+EXISTS\s+)?(?:[`"\[]?\w+[`"\]]?\.)?[`"\[]?(\w+)[`"\]]?""",
+    re.IGNORECASE,
+)
+_SILENT_ACTIONS = frozenset({"CASCADE", "SET NULL", "SET DEFAULT"})
 
 
 @compiles(epoch_now, "sqlite")
@@ -70,6 +77,54 @@ def install_hooks(engine: Engine, busy_timeout_ms: int) -> None:
         if mode not in _BEGIN_MODES:
             raise InvalidInput(f"{BEGIN_OPTION} must be one of {sorted(_BEGIN_MODES)}")
         connection.exec_driver_sql(f"BEGIN {mode}")
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _on_execute(
+        connection: Connection,
+        cursor: Any,
+        statement: str,
+        parameters: Any,
+        context: Any,
+        executemany: bool,
+    ) -> None:
+        match = _DROP_TABLE.match(statement)
+        if match is not None:
+            refuse_silent_cascade(connection.connection.driver_connection, match.group(1))
+
+
+def refuse_silent_cascade(driver_connection: Any, table: str) -> None:
+    """Raise :class:`SqlqError` if dropping ``table`` now would change other tables' rows.
+
+    With foreign keys ON, SQLite's ``DROP TABLE`` first deletes every row, so rows that
+    reference it ``ON DELETE CASCADE`` go too (``SET NULL``: lose the reference), with no
+    error. Alembic's batch mode rebuilds a table by dropping it: a host migration
+    that alters ``sqlq_jobs`` would delete every attempt and event.
+    """
+    if not driver_connection.execute("PRAGMA foreign_keys").fetchone()[0]:
+        return
+    hit = []
+    tables = driver_connection.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name <> ?", (table,)
+    ).fetchall()
+    for (child,) in tables:
+        for fk in driver_connection.execute(f'PRAGMA foreign_key_list("{child}")').fetchall():
+            # id, seq, table, from, to, on_update, on_delete, match
+            referred, column, on_delete = fk[2], fk[3], fk[6].upper()
+            if referred.lower() != table.lower() or on_delete not in _SILENT_ACTIONS:
+                continue
+            referencing = driver_connection.execute(
+                f'SELECT 1 FROM "{child}" WHERE "{column}" IS NOT NULL LIMIT 1'
+            ).fetchone()
+            if referencing is not None:
+                hit.append(f"{child}.{column} (ON DELETE {on_delete})")
+    if hit:
+        raise SqlqError(
+            f"refusing to DROP TABLE {table} with foreign keys ON: SQLite would silently "
+            f"change the rows of {', '.join(sorted(hit))} that reference it. Alembic's "
+            "batch mode rebuilds a table by dropping it; run the migration inside "
+            "sqlq_orm.migrations.safe_migration(connection) in your env.py, which turns "
+            "foreign keys off around it and checks them before commit"
+        )
 
 
 def _lock_rows(select: Select[Any], skip_locked: bool) -> Select[Any]:

@@ -1,0 +1,228 @@
+"""A host app's own Alembic running sqlq's schema: what its ``env.py`` and revisions meet.
+
+Each test writes a small host Alembic project into ``tmp_path`` (``alembic.ini``,
+``migrations/env.py``, revisions) and runs the real ``alembic`` command line on it, on a
+SQLite file and (where the behaviour is not SQLite's own) on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import sqlalchemy
+from sqlalchemy import func, select
+
+import sqlq_orm
+from sqlq_orm.schema.models import Job, JobAttempt, JobEvent
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+UNSAFE_ENV = """
+    context.configure(connection=connection, target_metadata=None)
+    with context.begin_transaction():
+        context.run_migrations()
+"""
+
+SAFE_ENV = """
+    from sqlq_orm.migrations import safe_migration
+
+    with safe_migration(connection):
+        context.configure(connection=connection, target_metadata=None)
+        with context.begin_transaction():
+            context.run_migrations()
+"""
+
+ENV_PY = """
+from alembic import context
+
+import sqlq_orm
+
+engine = sqlq_orm.create_engine(context.config.get_main_option("sqlalchemy.url"))
+with engine.connect() as connection:
+{body}
+engine.dispose()
+"""
+
+ORDERS_REVISION = """
+import sqlalchemy as sa
+from alembic import op
+
+revision = "a1_orders"
+down_revision = None
+branch_labels = None
+depends_on = None
+
+
+def upgrade():
+    op.create_table("orders", sa.Column("id", sa.Integer, primary_key=True))
+
+
+def downgrade():
+    op.drop_table("orders")
+"""
+
+# Rebuilds sqlq_jobs on SQLite: batch mode copies the table, drops it, renames the copy.
+ORDER_ID_REVISION = """
+import sqlalchemy as sa
+from alembic import op
+
+revision = "a2_order_id"
+down_revision = "a1_orders"
+branch_labels = None
+depends_on = "sqlq_0001"
+
+
+def upgrade():
+    with op.batch_alter_table("sqlq_jobs") as batch_op:
+        batch_op.add_column(sa.Column("order_id", sa.Integer(), nullable=True))
+        batch_op.create_foreign_key(
+            "fk_sqlq_jobs_order_id", "orders", ["order_id"], ["id"], ondelete="SET NULL"
+        )
+
+
+def downgrade():
+    with op.batch_alter_table("sqlq_jobs") as batch_op:
+        batch_op.drop_constraint("fk_sqlq_jobs_order_id", type_="foreignkey")
+        batch_op.drop_column("order_id")
+"""
+
+
+def run_alembic(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run ``alembic`` in ``root``; fail with its output when ``check`` and it fails."""
+    env = {k: v for k, v in os.environ.items() if k != "SQLQ_DATABASE_URL"}
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    done = subprocess.run(
+        [sys.executable, "-m", "alembic", *args],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if check:
+        assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+def make_host_project(
+    root: Path, url: str, *, env_body: str, revisions: dict[str, str], sqlq_versions: bool = True
+) -> None:
+    """Write a host Alembic project; ``sqlq_versions`` adds sqlq's revisions to it."""
+    versions = root / "migrations" / "versions"
+    versions.mkdir(parents=True)
+    (root / "migrations" / "env.py").write_text(ENV_PY.format(body=env_body))
+    for name, text in revisions.items():
+        (versions / f"{name}.py").write_text(text)
+    locations = "%(here)s/migrations/versions"
+    if sqlq_versions:
+        locations += " sqlq_orm.migrations:versions"
+    (root / "alembic.ini").write_text(
+        textwrap.dedent(
+            f"""\
+            [alembic]
+            script_location = %(here)s/migrations
+            prepend_sys_path = %(here)s
+            path_separator = space
+            version_locations = {locations}
+            sqlalchemy.url = {url.replace("%", "%%")}
+            """
+        )
+    )
+
+
+def seed_history(url: str) -> None:
+    """Three jobs, two of them run to success: 3 jobs, 2 attempts, 9 events."""
+    engine = sqlq_orm.create_engine(url)
+    queue = sqlq_orm.Queue(engine, clock=sqlq_orm.PinnedClock(1_700_000_000))
+    for n in range(3):
+        queue.enqueue("send_invoice", {"invoice": n})
+    for lease in queue.claim("worker-1", limit=2):
+        queue.succeed(queue.start(lease))
+    engine.dispose()
+
+
+def row_counts(url: str) -> tuple[int, int, int]:
+    engine = sqlalchemy.create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return tuple(  # type: ignore[return-value]
+                int(connection.scalar(select(func.count()).select_from(model)))
+                for model in (Job, JobAttempt, JobEvent)
+            )
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'app.db'}"
+
+
+def host_with_history(root: Path, url: str, env_body: str) -> None:
+    """A host project at its first revision plus sqlq's, with history in the queue."""
+    make_host_project(
+        root,
+        url,
+        env_body=env_body,
+        revisions={"a1_orders": ORDERS_REVISION, "a2_order_id": ORDER_ID_REVISION},
+    )
+    run_alembic(root, "upgrade", "a1_orders")
+    run_alembic(root, "upgrade", "sqlq@head")
+    seed_history(url)
+    assert row_counts(url) == (3, 2, 9)
+
+
+def test_host_rebuild_of_sqlq_jobs_inside_safe_migration_keeps_every_row(sqlite_url, tmp_path):
+    host_with_history(tmp_path, sqlite_url, SAFE_ENV)
+
+    run_alembic(tmp_path, "upgrade", "heads")
+
+    assert row_counts(sqlite_url) == (3, 2, 9)
+
+
+def test_host_rebuild_of_sqlq_jobs_with_foreign_keys_on_is_refused(sqlite_url, tmp_path):
+    host_with_history(tmp_path, sqlite_url, UNSAFE_ENV)
+
+    done = run_alembic(tmp_path, "upgrade", "heads", check=False)
+
+    assert done.returncode != 0
+    assert "safe_migration" in done.stderr
+    assert "sqlq_job_attempts" in done.stderr
+    assert row_counts(sqlite_url) == (3, 2, 9)
+
+
+def test_dropping_a_table_whose_rows_others_cascade_from_is_refused(sqlite_url):
+    engine = sqlq_orm.create_engine(sqlite_url)
+    sqlq_orm.Base.metadata.create_all(engine)
+    seed_history(sqlite_url)
+
+    with (
+        pytest.raises(sqlq_orm.SqlqError, match="sqlq_job_events.job_id"),
+        engine.begin() as connection,
+    ):
+        connection.exec_driver_sql("DROP TABLE sqlq_jobs")
+
+    assert row_counts(sqlite_url) == (3, 2, 9)
+    sqlq_orm.Base.metadata.drop_all(engine)  # children first: nothing to refuse
+    assert sqlalchemy.inspect(engine).get_table_names() == []
+    engine.dispose()
+
+
+def test_safe_migration_refuses_a_connection_already_in_a_transaction(db_url):
+    from sqlq_orm.migrations import safe_migration
+
+    engine = sqlq_orm.create_engine(db_url)
+    with engine.connect() as connection:
+        connection.exec_driver_sql("SELECT 1")  # autobegins
+
+        with (
+            pytest.raises(sqlq_orm.SqlqError, match="outside any transaction"),
+            safe_migration(connection),
+        ):
+            pass
+    engine.dispose()
