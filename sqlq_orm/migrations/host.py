@@ -114,20 +114,20 @@ def downgrade(op: Any, *, from_: str, to: str | None = None) -> None:
 
 def _steps(op: Any, *, upper: str, lower: str | None) -> list[Script]:
     """sqlq's revisions after ``lower`` up to ``upper``, newest first."""
-    # The revision modules say ``from alembic import op``: that proxy is bound to the
-    # migration running now, which must be the one ``op`` belongs to.
-    try:
-        op.get_context()
-    except NameError as exc:
-        raise SqlqError(
-            "sqlq_orm.migrations.upgrade()/downgrade() run inside an Alembic revision's "
-            "upgrade()/downgrade(), with alembic's op"
-        ) from exc
     scripts = _script_directory()
     known = {script.revision for script in scripts.walk_revisions()}
     for name in (upper, lower):
         if name is not None and name not in known:
             raise SqlqError(f"unknown sqlq revision {name!r}; known: {sorted(known)}")
+    # The revision modules say ``from alembic import op``: that proxy is bound to the
+    # migration running now, so there must be one.
+    try:
+        op.get_context()
+    except (NameError, AttributeError) as exc:
+        raise SqlqError(
+            "sqlq_orm.migrations.upgrade()/downgrade() run inside an Alembic revision's "
+            "upgrade()/downgrade(), with alembic's op"
+        ) from exc
     return list(scripts.iterate_revisions(upper, lower or "base"))
 
 

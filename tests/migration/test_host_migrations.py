@@ -226,3 +226,80 @@ def test_safe_migration_refuses_a_connection_already_in_a_transaction(db_url):
         ):
             pass
     engine.dispose()
+
+
+# ------------------------------------------------- one head: sqlq's steps in a host revision
+
+ONE_HEAD_REVISION = """
+import sqlalchemy as sa
+from alembic import op
+
+import sqlq_orm.migrations
+
+revision = "b1_first"
+down_revision = None
+branch_labels = None
+depends_on = None
+
+
+def upgrade():
+    op.create_table("orders", sa.Column("id", sa.Integer, primary_key=True))
+    sqlq_orm.migrations.upgrade(op, to="sqlq_0001")
+
+
+def downgrade():
+    sqlq_orm.migrations.downgrade(op, from_="sqlq_0001")
+    op.drop_table("orders")
+"""
+
+SQLQ_TABLES = set(sqlq_orm.Base.metadata.tables)
+
+
+def host_tables(url: str) -> set[str]:
+    engine = sqlalchemy.create_engine(url)
+    try:
+        return set(sqlalchemy.inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def host_heads(url: str) -> set[str]:
+    engine = sqlalchemy.create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return set(connection.scalars(sqlalchemy.text("SELECT version_num FROM alembic_version")))
+    finally:
+        engine.dispose()
+
+
+def test_host_revision_applies_sqlq_steps_and_keeps_one_head(db_url, tmp_path):
+    make_host_project(
+        tmp_path,
+        db_url,
+        env_body=SAFE_ENV,
+        revisions={"b1_first": ONE_HEAD_REVISION},
+        sqlq_versions=False,
+    )
+
+    run_alembic(tmp_path, "upgrade", "head")
+
+    assert host_heads(db_url) == {"b1_first"}
+    assert host_tables(db_url) == SQLQ_TABLES | {"orders", "alembic_version"}
+    run_alembic(tmp_path, "downgrade", "base")
+    assert host_tables(db_url) == {"alembic_version"}
+    run_alembic(tmp_path, "upgrade", "head")
+    assert sqlq_orm.migrate.check(db_url) == []
+
+
+def test_sqlq_steps_outside_a_revision_say_where_they_belong():
+    from alembic import op
+
+    with pytest.raises(sqlq_orm.SqlqError, match="inside an Alembic revision"):
+        sqlq_orm.migrations.upgrade(op, to="sqlq_0001")
+
+
+def test_sqlq_steps_to_an_unknown_revision_name_the_known_ones():
+    from alembic import op
+
+    with pytest.raises(sqlq_orm.SqlqError, match="unknown sqlq revision 'sqlq_9999'"):
+        sqlq_orm.migrations.upgrade(op, to="sqlq_9999")
