@@ -267,7 +267,8 @@ def host_heads(url: str) -> set[str]:
     engine = sqlalchemy.create_engine(url)
     try:
         with engine.connect() as connection:
-            return set(connection.scalars(sqlalchemy.text("SELECT version_num FROM alembic_version")))
+            query = sqlalchemy.text("SELECT version_num FROM alembic_version")
+            return set(connection.scalars(query))
     finally:
         engine.dispose()
 
