@@ -12,12 +12,17 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy
-from sqlalchemy import func, select
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import MetaData, func, select
+from sqlalchemy.orm import DeclarativeBase
 
 import sqlq_orm
+from sqlq_orm import JobAttemptMixin, JobEventMixin, JobMixin, WorkerMixin
 from sqlq_orm.schema.models import Job, JobAttempt, JobEvent
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -304,3 +309,78 @@ def test_sqlq_steps_to_an_unknown_revision_name_the_known_ones():
 
     with pytest.raises(sqlq_orm.SqlqError, match="unknown sqlq revision 'sqlq_9999'"):
         sqlq_orm.migrations.upgrade(op, to="sqlq_9999")
+
+
+# -------------------------------------- names: sqlq_0001 creates what a host base declares
+
+
+class PlainHostBase(DeclarativeBase):
+    """No naming convention: every name comes from the mixins."""
+
+
+class ConventionHostBase(DeclarativeBase):
+    """A naming convention unlike sqlq's own."""
+
+    metadata = MetaData(
+        naming_convention={
+            "ix": "%(column_0_label)s_idx",
+            "uq": "%(table_name)s_%(column_0_name)s_key",
+            "ck": "%(table_name)s_%(constraint_name)s_check",
+            "fk": "%(table_name)s_%(column_0_name)s_fkey",
+            "pk": "%(table_name)s_pkey",
+        }
+    )
+
+
+def bind_mixins(base: type) -> MetaData:
+    """The four sqlq tables under their default names on ``base``; its metadata."""
+    mixins = {
+        "Job": JobMixin,
+        "JobAttempt": JobAttemptMixin,
+        "JobEvent": JobEventMixin,
+        "Worker": WorkerMixin,
+    }
+    for name, mixin in mixins.items():
+        type(name, (mixin, base), {"__module__": __name__})
+    return base.metadata
+
+
+HOST_METADATA = {
+    "no-convention": bind_mixins(PlainHostBase),
+    "own-convention": bind_mixins(ConventionHostBase),
+}
+
+
+def constraint_names(table: sqlalchemy.Table) -> dict[str, Any]:
+    return {
+        "pk": table.primary_key.name,
+        "fks": sorted(fk.name for fk in table.foreign_key_constraints),
+        "checks": sorted(
+            c.name for c in table.constraints if isinstance(c, sqlalchemy.CheckConstraint)
+        ),
+        "uniques": sorted(
+            c.name for c in table.constraints if isinstance(c, sqlalchemy.UniqueConstraint)
+        ),
+        "indexes": sorted(ix.name for ix in table.indexes),
+    }
+
+
+@pytest.mark.parametrize("metadata", HOST_METADATA.values(), ids=HOST_METADATA.keys())
+def test_sqlq_0001_creates_every_name_a_host_base_declares(db_url, metadata):
+    sqlq_orm.migrate.upgrade(db_url)
+    engine = sqlalchemy.create_engine(db_url)
+
+    reflected = MetaData()
+    reflected.reflect(engine, only=sorted(SQLQ_TABLES))
+    with engine.connect() as connection:
+        options = {"target_metadata": metadata, "compare_type": True}
+        options["include_name"] = lambda name, kind, parents: kind != "table" or name in SQLQ_TABLES
+        differences = compare_metadata(
+            MigrationContext.configure(connection, opts=options), metadata
+        )
+    engine.dispose()
+
+    for name in SQLQ_TABLES:
+        declared = constraint_names(metadata.tables[name])
+        assert constraint_names(reflected.tables[name]) == declared, name
+    assert differences == []
