@@ -384,3 +384,39 @@ def test_sqlq_0001_creates_every_name_a_host_base_declares(db_url, metadata):
         declared = constraint_names(metadata.tables[name])
         assert constraint_names(reflected.tables[name]) == declared, name
     assert differences == []
+
+
+# ------------------------------------------------------- wrong setups: say what to do
+
+
+def test_host_revision_depending_on_sqlq_without_its_versions_says_what_to_add(
+    sqlite_url, tmp_path
+):
+    make_host_project(
+        tmp_path,
+        sqlite_url,
+        env_body=SAFE_ENV,
+        revisions={"a1_orders": ORDERS_REVISION, "a2_order_id": ORDER_ID_REVISION},
+        sqlq_versions=False,
+    )
+
+    done = run_alembic(tmp_path, "upgrade", "heads", check=False)
+
+    assert done.returncode != 0
+    assert "sqlq_orm.migrations:versions to version_locations" in done.stderr
+
+
+def test_sqlq_migrate_on_a_database_the_host_alembic_manages_says_use_alembic(db_url, tmp_path):
+    make_host_project(
+        tmp_path,
+        db_url,
+        env_body=SAFE_ENV,
+        revisions={"b1_first": ONE_HEAD_REVISION},
+        sqlq_versions=False,
+    )
+    run_alembic(tmp_path, "upgrade", "head")
+
+    with pytest.raises(sqlq_orm.SqlqError, match="managed by your app's own Alembic"):
+        sqlq_orm.migrate.upgrade(db_url)
+
+    assert sqlq_orm.migrations.VERSION_TABLE not in host_tables(db_url)
