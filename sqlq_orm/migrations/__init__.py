@@ -25,12 +25,15 @@ from typing import Any
 
 from sqlalchemy import MetaData
 
+# Imported for its side effect too: registers compare_index_order with autogenerate.
+from sqlq_orm.migrations.compare import compare_index_order
 from sqlq_orm.migrations.host import downgrade, safe_migration, upgrade
 
 __all__ = [
     "BRANCH_LABEL",
     "VERSIONS_DIR",
     "VERSION_TABLE",
+    "compare_index_order",
     "downgrade",
     "safe_migration",
     "upgrade",

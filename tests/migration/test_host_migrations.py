@@ -420,3 +420,69 @@ def test_sqlq_migrate_on_a_database_the_host_alembic_manages_says_use_alembic(db
         sqlq_orm.migrate.upgrade(db_url)
 
     assert sqlq_orm.migrations.VERSION_TABLE not in host_tables(db_url)
+
+
+# ------------------------------------------ the claim index's DESC, lost in a rebuild
+
+REBUILD_REVISION = """
+from alembic import op
+
+revision = "a3_rebuild"
+down_revision = "a1_orders"
+branch_labels = None
+depends_on = "sqlq_0001"
+
+
+def upgrade():
+    with op.batch_alter_table("sqlq_jobs", recreate="always"):
+        pass
+
+
+def downgrade():
+    pass
+"""
+
+CHECKING_ENV = """
+    import sqlalchemy as sa
+    from sqlq_orm.migrations import safe_migration
+
+    metadata = sqlq_orm.Base.metadata  # sqlq's tables, plus the host's orders:
+    sa.Table("orders", metadata, sa.Column("id", sa.Integer, primary_key=True))
+    with safe_migration(connection):
+        context.configure(connection=connection, target_metadata=metadata)
+        with context.begin_transaction():
+            context.run_migrations()
+"""
+
+
+def test_claim_index_without_desc_is_a_schema_difference(db_url):
+    sqlq_orm.migrate.upgrade(db_url)
+    engine = sqlalchemy.create_engine(db_url)
+    with engine.begin() as connection:
+        connection.exec_driver_sql("DROP INDEX ix_sqlq_jobs_claim")
+        connection.exec_driver_sql(
+            "CREATE INDEX ix_sqlq_jobs_claim ON sqlq_jobs (queue, status, priority, run_at, id)"
+        )
+    engine.dispose()
+
+    differences = sqlq_orm.migrate.check(db_url)
+
+    assert [(d[0], d[1].name) for d in differences] == [
+        ("remove_index", "ix_sqlq_jobs_claim"),
+        ("add_index", "ix_sqlq_jobs_claim"),
+    ]
+
+
+def test_host_alembic_check_reports_the_desc_a_sqlite_rebuild_lost(sqlite_url, tmp_path):
+    make_host_project(
+        tmp_path,
+        sqlite_url,
+        env_body=CHECKING_ENV,
+        revisions={"a1_orders": ORDERS_REVISION, "a3_rebuild": REBUILD_REVISION},
+    )
+
+    run_alembic(tmp_path, "upgrade", "heads")
+
+    done = run_alembic(tmp_path, "check", check=False)
+    assert done.returncode != 0
+    assert "ix_sqlq_jobs_claim" in done.stdout + done.stderr

@@ -48,6 +48,10 @@ def _never_broken(connection: Connection) -> list[str]:
     return []
 
 
+def _reflection_keeps_sort_order(connection: Connection, table: str, index: str) -> None:
+    return None
+
+
 @dataclass(frozen=True)
 class Backend:
     """What the service, the migrations and maintenance need to know about one database."""
@@ -88,3 +92,9 @@ class Backend:
     """Turn foreign key enforcement off around a table rebuild, where it would cascade."""
     lock_for_migration: Callable[[Connection], None] = _no_lock
     """Serialise concurrent schema changes inside the migration transaction."""
+    descending_index_columns: Callable[[Connection, str, str], set[str] | None] = (
+        _reflection_keeps_sort_order
+    )
+    """The columns an index sorts DESC as stored, where SQLAlchemy's reflection loses
+    them (SQLite); None when reflection keeps them (Alembic then compares them itself)
+    or there is no such index."""

@@ -174,6 +174,15 @@ def _suspend_foreign_keys(connection: Connection) -> Iterator[None]:
         driver_connection.execute("PRAGMA foreign_keys = ON")
 
 
+def _descending_index_columns(connection: Connection, table: str, index: str) -> set[str] | None:
+    # SQLAlchemy's SQLite reflection drops DESC; index_xinfo keeps it. Rows: seqno,
+    # cid, name, desc, collation, key (key columns only, not the rowid).
+    rows = connection.exec_driver_sql(f'PRAGMA index_xinfo("{index}")').all()
+    if not rows:
+        return None
+    return {row[2] for row in rows if row[5] and row[3] and row[2] is not None}
+
+
 def _maintenance(engine: Engine, task: str, tables: Sequence[Any]) -> MaintenanceStatement:
     if task == "checkpoint":
         return MaintenanceStatement(
@@ -208,4 +217,5 @@ BACKEND = Backend(
     foreign_keys_enforced=_foreign_keys_enforced,
     foreign_key_problems=_foreign_key_problems,
     suspend_foreign_keys=_suspend_foreign_keys,
+    descending_index_columns=_descending_index_columns,
 )
