@@ -33,6 +33,7 @@ from sqlalchemy.engine import Connection
 from sqlq_orm.db.maintenance import (
     check_foreign_keys,
     foreign_keys_suspended,
+    index_order_kept,
     lock_for_migration,
 )
 from sqlq_orm.errors import SqlqError
@@ -52,8 +53,9 @@ def safe_migration(connection: Connection) -> Iterator[None]:
     ignores the pragma inside one), begins it, takes the migration lock, and before
     committing runs ``PRAGMA foreign_key_check``, raising
     :class:`~sqlq_orm.errors.SqlqError` that names the tables with broken references
-    (the whole migration is then rolled back). Elsewhere it is one transaction with
-    PostgreSQL's migration advisory lock.
+    (the whole migration is then rolled back). A rebuilt table's indexes come back
+    with their DESC columns (SQLite's reflection, which batch mode copies, drops them).
+    Elsewhere it is one transaction with PostgreSQL's migration advisory lock.
 
     Enter it on a fresh connection, *before* ``context.configure(connection=...)``:
     Alembic then sees the transaction as the caller's and leaves the commit to it.
@@ -64,7 +66,7 @@ def safe_migration(connection: Connection) -> Iterator[None]:
             "PRAGMA foreign_keys inside one): enter it right after engine.connect(), "
             "before context.configure() and context.begin_transaction()"
         )
-    with foreign_keys_suspended(connection), connection.begin():
+    with foreign_keys_suspended(connection), index_order_kept(connection), connection.begin():
         lock_for_migration(connection)
         try:
             yield

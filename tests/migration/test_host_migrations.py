@@ -190,6 +190,22 @@ def test_host_rebuild_of_sqlq_jobs_inside_safe_migration_keeps_every_row(sqlite_
     assert row_counts(sqlite_url) == (3, 2, 9)
 
 
+def test_host_rebuild_of_sqlq_jobs_inside_safe_migration_keeps_the_claim_order(
+    sqlite_url, tmp_path
+):
+    host_with_history(tmp_path, sqlite_url, SAFE_ENV)
+
+    run_alembic(tmp_path, "upgrade", "heads")
+
+    engine = sqlalchemy.create_engine(sqlite_url)
+    with engine.connect() as connection:
+        key_columns = connection.exec_driver_sql("PRAGMA index_xinfo(ix_sqlq_jobs_claim)").all()
+    engine.dispose()
+    assert [(row[2], row[3]) for row in key_columns if row[5]] == [
+        ("queue", 0), ("status", 0), ("priority", 1), ("run_at", 0), ("id", 0),
+    ]  # fmt: skip
+
+
 def test_host_rebuild_of_sqlq_jobs_with_foreign_keys_on_is_refused(sqlite_url, tmp_path):
     host_with_history(tmp_path, sqlite_url, UNSAFE_ENV)
 
@@ -442,16 +458,17 @@ def downgrade():
     pass
 """
 
+# Without safe_migration (which would keep the DESC), but with sqlq_orm.migrations
+# imported, as any env.py using sqlq's helpers has it.
 CHECKING_ENV = """
     import sqlalchemy as sa
-    from sqlq_orm.migrations import safe_migration
+    import sqlq_orm.migrations
 
     metadata = sqlq_orm.Base.metadata  # sqlq's tables, plus the host's orders:
     sa.Table("orders", metadata, sa.Column("id", sa.Integer, primary_key=True))
-    with safe_migration(connection):
-        context.configure(connection=connection, target_metadata=metadata)
-        with context.begin_transaction():
-            context.run_migrations()
+    context.configure(connection=connection, target_metadata=metadata)
+    with context.begin_transaction():
+        context.run_migrations()
 """
 
 

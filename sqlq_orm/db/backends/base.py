@@ -90,6 +90,8 @@ class Backend:
     """The table of each row that breaks a foreign key (databases that let one through)."""
     suspend_foreign_keys: Callable[[Connection], AbstractContextManager[None]] = _nothing_to_suspend
     """Turn foreign key enforcement off around a table rebuild, where it would cascade."""
+    keep_index_order: Callable[[Connection], AbstractContextManager[None]] = _nothing_to_suspend
+    """Around a migration: a table rebuilt by copy-and-drop keeps its indexes' DESC."""
     lock_for_migration: Callable[[Connection], None] = _no_lock
     """Serialise concurrent schema changes inside the migration transaction."""
     descending_index_columns: Callable[[Connection, str, str], set[str] | None] = (

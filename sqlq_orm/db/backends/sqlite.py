@@ -34,6 +34,11 @@ _DROP_TABLE = re.compile(
     r"""^\s*DROP\s+TABLE\s+(?:IF\s+EXISTS\s+)?(?:[`"\[]?\w+[`"\]]?\.)?[`"\[]?(\w+)[`"\]]?""",
     re.IGNORECASE,
 )
+_CREATE_INDEX = re.compile(
+    r"""^\s*CREATE\s+(?:UNIQUE\s+)?INDEX\s+(?:IF\s+NOT\s+EXISTS\s+)?[`"\[]?(\w+)""",
+    re.IGNORECASE,
+)
+_SORT_WORDS = re.compile(r"\b(?:ASC|DESC)\b|[`\"\[\]\s]", re.IGNORECASE)
 _SILENT_ACTIONS = frozenset({"CASCADE", "SET NULL", "SET DEFAULT"})
 
 
@@ -183,6 +188,53 @@ def _descending_index_columns(connection: Connection, table: str, index: str) ->
     return {row[2] for row in rows if row[5] and row[3] and row[2] is not None}
 
 
+@contextmanager
+def _keep_index_order(connection: Connection) -> Iterator[None]:
+    # Alembic's batch mode recreates a rebuilt table's indexes from SQLAlchemy's
+    # reflection, which drops DESC: the claim index would come back ascending and the
+    # claim would sort in a temporary B-tree. When a table is dropped, remember its
+    # indexes' CREATE statements; when one comes back under the same name with the
+    # same columns but no sort order, run the remembered statement instead.
+    dropped: dict[str, str] = {}
+
+    def _before_execute(
+        conn: Connection,
+        cursor: Any,
+        statement: str,
+        parameters: Any,
+        context: Any,
+        executemany: bool,
+    ) -> tuple[str, Any]:
+        drop = _DROP_TABLE.match(statement)
+        if drop is not None:
+            driver_connection: Any = conn.connection.driver_connection
+            rows = driver_connection.execute(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ? "
+                "AND sql IS NOT NULL",
+                (drop.group(1),),
+            ).fetchall()
+            dropped.update({name: sql for name, sql in rows})
+            return statement, parameters
+        create = _CREATE_INDEX.match(statement)
+        if create is not None:
+            original = dropped.pop(create.group(1), None)
+            if original is not None and _without_sort_order(original) == _without_sort_order(
+                statement
+            ):
+                return original, parameters
+        return statement, parameters
+
+    event.listen(connection, "before_cursor_execute", _before_execute, retval=True)
+    try:
+        yield
+    finally:
+        event.remove(connection, "before_cursor_execute", _before_execute)
+
+
+def _without_sort_order(create_index: str) -> str:
+    return _SORT_WORDS.sub("", create_index).lower()
+
+
 def _maintenance(engine: Engine, task: str, tables: Sequence[Any]) -> MaintenanceStatement:
     if task == "checkpoint":
         return MaintenanceStatement(
@@ -217,5 +269,6 @@ BACKEND = Backend(
     foreign_keys_enforced=_foreign_keys_enforced,
     foreign_key_problems=_foreign_key_problems,
     suspend_foreign_keys=_suspend_foreign_keys,
+    keep_index_order=_keep_index_order,
     descending_index_columns=_descending_index_columns,
 )
