@@ -503,3 +503,75 @@ def test_host_alembic_check_reports_the_desc_a_sqlite_rebuild_lost(sqlite_url, t
     done = run_alembic(tmp_path, "check", check=False)
     assert done.returncode != 0
     assert "ix_sqlq_jobs_claim" in done.stdout + done.stderr
+
+
+# ------------------------------------ the branch way: --head <app head> --depends-on sqlq
+
+BRANCH_MODELS = """
+import sqlalchemy as sa
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from sqlq_orm import JobAttemptMixin, JobEventMixin, JobMixin, WorkerMixin
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Order(Base):
+    __tablename__ = "orders"
+    id: Mapped[int] = mapped_column(primary_key=True)
+
+
+class Job(JobMixin, Base):
+    order_id: Mapped[int | None] = mapped_column(
+        sa.ForeignKey("orders.id", ondelete="SET NULL", name="fk_sqlq_jobs_order_id")
+    )
+
+
+class JobAttempt(JobAttemptMixin, Base):
+    pass
+
+
+class JobEvent(JobEventMixin, Base):
+    pass
+
+
+class Worker(WorkerMixin, Base):
+    pass
+"""
+
+BRANCH_ENV = """
+    from host_models import Base
+    from sqlq_orm.migrations import safe_migration
+
+    with safe_migration(connection):
+        context.configure(
+            connection=connection,
+            target_metadata=Base.metadata,
+            compare_type=True,
+            render_as_batch=True,
+        )
+        with context.begin_transaction():
+            context.run_migrations()
+"""
+
+
+def test_branch_way_autogenerates_a_host_revision_on_sqlq_tables(db_url, tmp_path):
+    make_host_project(
+        tmp_path, db_url, env_body=BRANCH_ENV, revisions={"a1_orders": ORDERS_REVISION}
+    )
+    (tmp_path / "host_models.py").write_text(BRANCH_MODELS)
+    template = REPO_ROOT / "examples" / "hostapp" / "migrations" / "script.py.mako"
+    (tmp_path / "migrations" / "script.py.mako").write_text(template.read_text())
+    run_alembic(tmp_path, "upgrade", "heads")
+
+    run_alembic(
+        tmp_path, "revision", "--autogenerate", "--head", "a1_orders",
+        "--depends-on", "sqlq_0001", "--rev-id", "a2_auto", "-m", "order_id",
+    )  # fmt: skip
+
+    assert run_alembic(tmp_path, "upgrade", "head", check=False).returncode != 0  # two heads
+    run_alembic(tmp_path, "upgrade", "heads")
+    assert host_heads(db_url) == {"a2_auto"}  # it depends on sqlq_0001
+    assert "No new upgrade operations" in run_alembic(tmp_path, "check").stdout

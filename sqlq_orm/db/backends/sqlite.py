@@ -94,10 +94,10 @@ def install_hooks(engine: Engine, busy_timeout_ms: int) -> None:
     ) -> None:
         match = _DROP_TABLE.match(statement)
         if match is not None:
-            refuse_silent_cascade(connection.connection.driver_connection, match.group(1))
+            _refuse_silent_cascade(connection.connection.driver_connection, match.group(1))
 
 
-def refuse_silent_cascade(driver_connection: Any, table: str) -> None:
+def _refuse_silent_cascade(driver_connection: Any, table: str) -> None:
     """Raise :class:`SqlqError` if dropping ``table`` now would change other tables' rows.
 
     With foreign keys ON, SQLite's ``DROP TABLE`` first deletes every row, so rows that
