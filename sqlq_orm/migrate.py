@@ -140,14 +140,7 @@ def _adopt_unversioned_tables(connection: Connection) -> bool:
         ours = tables & set(target_metadata().tables)
         if not ours or (VERSION_TABLE in tables and _recorded(connection, VERSION_TABLE)):
             return False
-        if HOST_VERSION_TABLE in tables:
-            ours_by_host = _recorded(connection, HOST_VERSION_TABLE) & _revision_ids()
-            if ours_by_host:
-                raise SqlqError(
-                    f"the sqlq tables here are migrated by the app's own Alembic "
-                    f"({HOST_VERSION_TABLE} has {sorted(ours_by_host)}); run "
-                    "`alembic upgrade heads` in the app instead of `sqlq migrate`"
-                )
+        _refuse_host_managed(connection, tables, ours)
     finally:
         connection.rollback()  # Alembic must start outside a transaction
     differences = _differences(connection)
@@ -162,6 +155,27 @@ def _adopt_unversioned_tables(connection: Connection) -> bool:
     command.stamp(config(connection), "heads")
     log.warning("adopted existing sqlq tables %s: they match the models", sorted(ours))
     return True
+
+
+def _refuse_host_managed(connection: Connection, tables: set[str], ours: set[str]) -> None:
+    """Raise if the app's own Alembic manages this database and made sqlq's tables.
+
+    Either its ``alembic_version`` records sqlq revisions (sqlq's versions are in its
+    ``version_locations``) or it records only the app's own revisions, one of which
+    created sqlq's tables with :func:`sqlq_orm.migrations.upgrade`. Both mean
+    ``sqlq migrate`` must keep out: two version tables for one schema would diverge.
+    """
+    if HOST_VERSION_TABLE not in tables:
+        return
+    recorded = _recorded(connection, HOST_VERSION_TABLE)
+    if not recorded:
+        return
+    raise SqlqError(
+        f"this database's schema is managed by your app's own Alembic "
+        f"({HOST_VERSION_TABLE} records {sorted(recorded)}) and it already has sqlq's "
+        f"tables {sorted(ours)}: run `alembic upgrade heads` in the app instead of "
+        "`sqlq migrate`"
+    )
 
 
 def _recorded(connection: Connection, version_table: str) -> set[str]:

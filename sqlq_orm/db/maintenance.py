@@ -37,6 +37,22 @@ def foreign_keys_suspended(connection: Connection) -> Iterator[None]:
         yield
 
 
+@contextmanager
+def index_order_kept(connection: Connection) -> Iterator[None]:
+    """Around a migration on ``connection``: tables rebuilt by copy-and-drop (Alembic's
+    batch mode on SQLite) get their indexes back with the same DESC columns.
+
+    Without it the claim index returns ascending (SQLite's reflection drops DESC) and
+    the claim sorts in a temporary B-tree. Other databases alter in place: nothing to do.
+    """
+    backend = find_backend(connection.dialect)
+    if backend is None:
+        yield
+        return
+    with backend.keep_index_order(connection):
+        yield
+
+
 def lock_for_migration(connection: Connection) -> None:
     """Serialise schema changes: call first thing inside the migration transaction.
 

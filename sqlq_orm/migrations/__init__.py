@@ -6,9 +6,12 @@ Three ways to run them:
   wheel; this directory is the ``script_location``);
 - ``alembic upgrade head`` from a checkout of the repository (``alembic.ini`` at the
   root; ``alembic/env.py`` there runs :data:`ENV_SCRIPT`);
-- from a host app's own Alembic setup: add :data:`VERSIONS_DIR` (or the resource
-  ``sqlq_orm.migrations:versions``) to its ``version_locations`` and run
-  ``alembic upgrade heads``; the revisions carry the branch label :data:`BRANCH_LABEL`.
+- from a host app's own Alembic setup, one of two ways: call :func:`upgrade` /
+  :func:`downgrade` inside the host's own revisions (one head, the host's usual
+  commands), or add :data:`VERSIONS_DIR` (the resource ``sqlq_orm.migrations:versions``)
+  to its ``version_locations`` and run ``alembic upgrade heads`` (a second branch,
+  labelled :data:`BRANCH_LABEL`). Either way the host's ``env.py`` runs the migrations
+  inside :func:`safe_migration`.
 
 Standalone runs record their revision in :data:`VERSION_TABLE`, not in
 ``alembic_version``, so they never collide with a host app's own history.
@@ -21,6 +24,20 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import MetaData
+
+# Imported for its side effect too: registers compare_index_order with autogenerate.
+from sqlq_orm.migrations.compare import compare_index_order
+from sqlq_orm.migrations.host import downgrade, safe_migration, upgrade
+
+__all__ = [
+    "BRANCH_LABEL",
+    "VERSIONS_DIR",
+    "VERSION_TABLE",
+    "compare_index_order",
+    "downgrade",
+    "safe_migration",
+    "upgrade",
+]
 
 MIGRATIONS_DIR = Path(str(resources.files(__name__)))
 """The Alembic ``script_location`` of the standalone setup."""

@@ -22,17 +22,12 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.pool import NullPool
 
 from alembic import context
-from sqlq_orm.db.backends import backend_for
 from sqlq_orm.db.engine import create_engine
-from sqlq_orm.db.maintenance import (
-    check_foreign_keys,
-    foreign_keys_suspended,
-    lock_for_migration,
-)
 from sqlq_orm.migrations import (
     DATABASE_URL_ENV,
     DEFAULT_DATABASE_URL,
     context_options,
+    safe_migration,
     target_metadata,
 )
 
@@ -61,16 +56,11 @@ def run_migrations_offline() -> None:
 
 
 def run_migrations_on(connection: Connection) -> None:
-    """Run the migrations on ``connection`` in one transaction."""
-    # SQLite: BEGIN IMMEDIATE, so concurrent migrations queue up for the write lock.
-    connection.execution_options(**backend_for(connection.engine).write_options)
-    with foreign_keys_suspended(connection):
+    """Run the migrations on ``connection`` in one transaction (see safe_migration)."""
+    with safe_migration(connection):
         context.configure(connection=connection, **options)
         with context.begin_transaction():
-            lock_for_migration(connection)
             context.run_migrations()
-            # Inside the transaction, so a migration that broke a reference rolls back.
-            check_foreign_keys(connection)
 
 
 def run_migrations_online() -> None:

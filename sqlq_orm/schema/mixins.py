@@ -18,7 +18,8 @@ Anything that depends on the concrete class (table names, foreign keys, constrai
 indexes, relationships) comes from ``declared_attr`` so each binding gets its own.
 A host that renames tables or classes sets the ``__sqlq_*__`` class variables below.
 
-Every constraint and index carries an explicit, table-qualified name wrapped in
+Every constraint and index, primary keys included, carries an explicit,
+table-qualified name (``pk_sqlq_jobs``, as the migrations create it) wrapped in
 ``conv`` so it is the same whatever naming convention the host's metadata has:
 Alembic's batch mode on SQLite drops unnamed CHECK constraints, and index names must
 be unique per schema on PostgreSQL.
@@ -34,6 +35,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    PrimaryKeyConstraint,
     String,
     Text,
     UniqueConstraint,
@@ -148,6 +150,7 @@ class JobMixin:
         t = cls.__tablename__
         held = _in("status", HELD)
         return (
+            PrimaryKeyConstraint("id", name=conv(f"pk_{t}")),
             CheckConstraint(_in("status", JobStatus), name=conv(f"ck_{t}_status_valid")),
             CheckConstraint("retry_count >= 0", name=conv(f"ck_{t}_retry_count_nonneg")),
             CheckConstraint("max_retries >= 0", name=conv(f"ck_{t}_max_retries_nonneg")),
@@ -246,6 +249,7 @@ class JobAttemptMixin:
     def __table_args__(cls) -> tuple[SchemaItem, ...]:
         t = cls.__tablename__
         return (
+            PrimaryKeyConstraint("id", name=conv(f"pk_{t}")),
             # Also the index for "attempts of job N": no separate one.
             UniqueConstraint("job_id", "attempt", name=conv(f"uq_{t}_job_attempt")),
             CheckConstraint("attempt >= 1", name=conv(f"ck_{t}_attempt_positive")),
@@ -292,6 +296,7 @@ class JobEventMixin:
     def __table_args__(cls) -> tuple[SchemaItem, ...]:
         t = cls.__tablename__
         return (
+            PrimaryKeyConstraint("id", name=conv(f"pk_{t}")),
             CheckConstraint(_in("event", Event), name=conv(f"ck_{t}_event_valid")),
             # a job's timeline: WHERE job_id = ? ORDER BY ts, id
             Index(conv(f"ix_{t}_job_ts"), "job_id", "ts"),
@@ -316,3 +321,7 @@ class WorkerMixin:
     concurrency: Mapped[int] = mapped_column(Integer, default=1)
     started_at: Mapped[int] = mapped_column(BigInteger)
     last_seen_at: Mapped[int] = mapped_column(BigInteger)
+
+    @declared_attr.directive
+    def __table_args__(cls) -> tuple[SchemaItem, ...]:
+        return (PrimaryKeyConstraint("id", name=conv(f"pk_{cls.__tablename__}")),)

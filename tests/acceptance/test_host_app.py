@@ -121,6 +121,14 @@ def test_host_constraint_names_ignore_the_host_naming_convention(host):
     assert {f"ix_{jobs}_claim", f"uq_{jobs}_dedupe_active"} <= indexes
 
 
+def test_host_primary_key_names_ignore_the_host_naming_convention(host):
+    inspector = sqlalchemy.inspect(host.engine)
+
+    names = {table: inspector.get_pk_constraint(table)["name"] for table in host.tables}
+
+    assert names == {table: f"pk_{table}" for table in host.tables}
+
+
 def test_host_job_with_an_extra_column_runs_through_the_queue(host):
     queue = sqlq_orm.Queue(
         host.engine, models=host.models, clock=sqlq_orm.PinnedClock(1_700_000_000)

@@ -52,6 +52,10 @@ def _never_broken(connection: Connection) -> list[str]:
     return []
 
 
+def _reflection_keeps_sort_order(connection: Connection, table: str, index: str) -> None:
+    return None
+
+
 @dataclass(frozen=True)
 class Backend:
     """What the service, the migrations and maintenance need to know about one database."""
@@ -94,8 +98,16 @@ class Backend:
     """The table of each row that breaks a foreign key (databases that let one through)."""
     suspend_foreign_keys: Callable[[Connection], AbstractContextManager[None]] = _nothing_to_suspend
     """Turn foreign key enforcement off around a table rebuild, where it would cascade."""
+    keep_index_order: Callable[[Connection], AbstractContextManager[None]] = _nothing_to_suspend
+    """Around a migration: a table rebuilt by copy-and-drop keeps its indexes' DESC."""
     lock_for_migration: Callable[[Connection], None] = _no_lock
     """Serialise concurrent schema changes inside the migration transaction."""
     connections_share_database: Callable[[URL], bool] = _one_database_for_all
     """Whether every connection to this URL sees the same database (not so for an
     in-memory SQLite database, which exists once per connection)."""
+    descending_index_columns: Callable[[Connection, str, str], set[str] | None] = (
+        _reflection_keeps_sort_order
+    )
+    """The columns an index sorts DESC as stored, where SQLAlchemy's reflection loses
+    them (SQLite); None when reflection keeps them (Alembic then compares them itself)
+    or there is no such index."""

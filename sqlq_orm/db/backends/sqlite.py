@@ -8,6 +8,7 @@ hooks turn them on), which is why a table rebuild must turn them off first.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -22,12 +23,23 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from sqlq_orm.db.backends.base import Backend, MaintenanceStatement
 from sqlq_orm.db.clock import epoch_now
-from sqlq_orm.errors import InvalidInput
+from sqlq_orm.errors import InvalidInput, SqlqError
 
 BEGIN_OPTION = "sqlq_sqlite_begin"
 """Execution option naming the ``BEGIN`` mode of a SQLite transaction."""
 
 _BEGIN_MODES = frozenset({"IMMEDIATE", "DEFERRED", "EXCLUSIVE"})
+
+_DROP_TABLE = re.compile(
+    r"""^\s*DROP\s+TABLE\s+(?:IF\s+EXISTS\s+)?(?:[`"\[]?\w+[`"\]]?\.)?[`"\[]?(\w+)[`"\]]?""",
+    re.IGNORECASE,
+)
+_CREATE_INDEX = re.compile(
+    r"""^\s*CREATE\s+(?:UNIQUE\s+)?INDEX\s+(?:IF\s+NOT\s+EXISTS\s+)?[`"\[]?(\w+)""",
+    re.IGNORECASE,
+)
+_SORT_WORDS = re.compile(r"\b(?:ASC|DESC)\b|[`\"\[\]\s]", re.IGNORECASE)
+_SILENT_ACTIONS = frozenset({"CASCADE", "SET NULL", "SET DEFAULT"})
 
 
 @compiles(epoch_now, "sqlite")
@@ -73,6 +85,54 @@ def install_hooks(engine: Engine, busy_timeout_ms: int) -> None:
         if mode not in _BEGIN_MODES:
             raise InvalidInput(f"{BEGIN_OPTION} must be one of {sorted(_BEGIN_MODES)}")
         connection.exec_driver_sql(f"BEGIN {mode}")
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _on_execute(
+        connection: Connection,
+        cursor: Any,
+        statement: str,
+        parameters: Any,
+        context: Any,
+        executemany: bool,
+    ) -> None:
+        match = _DROP_TABLE.match(statement)
+        if match is not None:
+            _refuse_silent_cascade(connection.connection.driver_connection, match.group(1))
+
+
+def _refuse_silent_cascade(driver_connection: Any, table: str) -> None:
+    """Raise :class:`SqlqError` if dropping ``table`` now would change other tables' rows.
+
+    With foreign keys ON, SQLite's ``DROP TABLE`` first deletes every row, so rows that
+    reference it ``ON DELETE CASCADE`` go too (``SET NULL``: lose the reference), with no
+    error. Alembic's batch mode rebuilds a table by dropping it: a host migration
+    that alters ``sqlq_jobs`` would delete every attempt and event.
+    """
+    if not driver_connection.execute("PRAGMA foreign_keys").fetchone()[0]:
+        return
+    hit = []
+    tables = driver_connection.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name <> ?", (table,)
+    ).fetchall()
+    for (child,) in tables:
+        for fk in driver_connection.execute(f'PRAGMA foreign_key_list("{child}")').fetchall():
+            # id, seq, table, from, to, on_update, on_delete, match
+            referred, column, on_delete = fk[2], fk[3], fk[6].upper()
+            if referred.lower() != table.lower() or on_delete not in _SILENT_ACTIONS:
+                continue
+            referencing = driver_connection.execute(
+                f'SELECT 1 FROM "{child}" WHERE "{column}" IS NOT NULL LIMIT 1'
+            ).fetchone()
+            if referencing is not None:
+                hit.append(f"{child}.{column} (ON DELETE {on_delete})")
+    if hit:
+        raise SqlqError(
+            f"refusing to DROP TABLE {table} with foreign keys ON: SQLite would silently "
+            f"change the rows of {', '.join(sorted(hit))} that reference it. Alembic's "
+            "batch mode rebuilds a table by dropping it; run the migration inside "
+            "sqlq_orm.migrations.safe_migration(connection) in your env.py, which turns "
+            "foreign keys off around it and checks them before commit"
+        )
 
 
 def _lock_rows(select: Select[Any], skip_locked: bool) -> Select[Any]:
@@ -122,6 +182,62 @@ def _suspend_foreign_keys(connection: Connection) -> Iterator[None]:
         driver_connection.execute("PRAGMA foreign_keys = ON")
 
 
+def _descending_index_columns(connection: Connection, table: str, index: str) -> set[str] | None:
+    # SQLAlchemy's SQLite reflection drops DESC; index_xinfo keeps it. Rows: seqno,
+    # cid, name, desc, collation, key (key columns only, not the rowid).
+    rows = connection.exec_driver_sql(f'PRAGMA index_xinfo("{index}")').all()
+    if not rows:
+        return None
+    return {row[2] for row in rows if row[5] and row[3] and row[2] is not None}
+
+
+@contextmanager
+def _keep_index_order(connection: Connection) -> Iterator[None]:
+    # Alembic's batch mode recreates a rebuilt table's indexes from SQLAlchemy's
+    # reflection, which drops DESC: the claim index would come back ascending and the
+    # claim would sort in a temporary B-tree. When a table is dropped, remember its
+    # indexes' CREATE statements; when one comes back under the same name with the
+    # same columns but no sort order, run the remembered statement instead.
+    dropped: dict[str, str] = {}
+
+    def _before_execute(
+        conn: Connection,
+        cursor: Any,
+        statement: str,
+        parameters: Any,
+        context: Any,
+        executemany: bool,
+    ) -> tuple[str, Any]:
+        drop = _DROP_TABLE.match(statement)
+        if drop is not None:
+            driver_connection: Any = conn.connection.driver_connection
+            rows = driver_connection.execute(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ? "
+                "AND sql IS NOT NULL",
+                (drop.group(1),),
+            ).fetchall()
+            dropped.update({name: sql for name, sql in rows})
+            return statement, parameters
+        create = _CREATE_INDEX.match(statement)
+        if create is not None:
+            original = dropped.pop(create.group(1), None)
+            if original is not None and _without_sort_order(original) == _without_sort_order(
+                statement
+            ):
+                return original, parameters
+        return statement, parameters
+
+    event.listen(connection, "before_cursor_execute", _before_execute, retval=True)
+    try:
+        yield
+    finally:
+        event.remove(connection, "before_cursor_execute", _before_execute)
+
+
+def _without_sort_order(create_index: str) -> str:
+    return _SORT_WORDS.sub("", create_index).lower()
+
+
 def _maintenance(engine: Engine, task: str, tables: Sequence[Any]) -> MaintenanceStatement:
     if task == "checkpoint":
         return MaintenanceStatement(
@@ -158,4 +274,6 @@ BACKEND = Backend(
     foreign_key_problems=_foreign_key_problems,
     suspend_foreign_keys=_suspend_foreign_keys,
     connections_share_database=is_file,
+    keep_index_order=_keep_index_order,
+    descending_index_columns=_descending_index_columns,
 )
