@@ -21,6 +21,7 @@ from sqlq_orm.errors import (
     LeaseLost,
     MaxRuntimeExceeded,
     SqlqError,
+    SqlqWarning,
 )
 from sqlq_orm.ops import invariants
 from sqlq_orm.ops.retention import PruneResult, RetentionPolicy
@@ -69,6 +70,7 @@ __all__ = [
     "RetentionPolicy",
     "RetryPolicy",
     "SqlqError",
+    "SqlqWarning",
     "SweepResult",
     "Worker",
     "WorkerMixin",

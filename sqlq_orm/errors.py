@@ -10,6 +10,11 @@ class SqlqError(Exception):
     """Base class of every error sqlq_orm raises on purpose."""
 
 
+class SqlqWarning(UserWarning):
+    """Something works, but not the way sqlq_orm's guarantees assume; the message says
+    what to change."""
+
+
 class InvalidInput(SqlqError, ValueError):
     """An argument was rejected before anything was written."""
 

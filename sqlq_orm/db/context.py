@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from sqlq_orm.db.backends import Backend, backend_for
 from sqlq_orm.db.clock import Clock, DatabaseClock
+from sqlq_orm.db.engine import adopt_engine
 from sqlq_orm.db.statements import Statements
 from sqlq_orm.db.tables import Models, Tables
 from sqlq_orm.errors import InvalidInput
@@ -36,6 +37,7 @@ class QueueContext:
     def __init__(
         self, engine: Engine, *, models: Models | None = None, clock: Clock | None = None
     ) -> None:
+        adopt_engine(engine)
         self.engine = engine
         self.models = models or Models.default()
         self.clock = clock or DatabaseClock()

@@ -8,6 +8,7 @@ forked child drops the pooled connections it inherited.
 from __future__ import annotations
 
 import os
+import warnings
 import weakref
 from typing import Any
 
@@ -15,7 +16,7 @@ import sqlalchemy
 from sqlalchemy.engine import Engine
 
 from sqlq_orm.db.backends import find_backend
-from sqlq_orm.errors import InvalidInput
+from sqlq_orm.errors import InvalidInput, SqlqWarning
 
 DEFAULT_BUSY_TIMEOUT_MS = 30_000
 """How long a SQLite connection waits for the write lock before giving up."""
@@ -34,6 +35,34 @@ def _install_fork_guard(engine: Engine) -> None:
             inherited.dispose(close=False)
 
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def hooks_installed(engine: Engine) -> bool:
+    """Whether :func:`configure_engine` (or :func:`create_engine`) set this engine up."""
+    return bool(getattr(engine, _HOOKED_ATTR, False))
+
+
+def adopt_engine(engine: Engine) -> None:
+    """Make sure an engine handed to a queue carries sqlq_orm's hooks.
+
+    On SQLite a plain engine runs with foreign keys off (no ``ON DELETE CASCADE``, no
+    ``SET NULL``), the rollback journal and no busy timeout. The hooks are installed
+    here, the connections already pooled without them are dropped, and a
+    :class:`~sqlq_orm.errors.SqlqWarning` says to configure the engine at start-up.
+    """
+    backend = find_backend(engine)
+    if hooks_installed(engine) or backend is None or not backend.needs_hooks:
+        return
+    configure_engine(engine)
+    engine.dispose()  # idle connections made before the hooks: the next ones get them
+    warnings.warn(
+        f"the queue was given a {backend.title} engine without sqlq_orm's connection "
+        "settings (foreign keys, WAL, busy timeout); they are installed now, for "
+        "connections opened from here on. Create the engine with sqlq_orm.create_engine() "
+        "or call sqlq_orm.configure_engine(engine) before the app first uses it",
+        SqlqWarning,
+        stacklevel=4,
+    )
 
 
 def configure_engine(engine: Engine, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> Engine:

@@ -198,3 +198,35 @@ def test_two_processes_writing_at_once_never_see_database_is_locked(sqlite_url):
     assert per_type == {"from_a": JOBS_PER_PROCESS, "from_b": JOBS_PER_PROCESS}
     assert events == 2 * JOBS_PER_PROCESS
     engine.dispose()
+
+
+def test_a_queue_given_a_plain_sqlite_engine_installs_the_hooks_and_says_so(sqlite_url):
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(sqlite_url)
+    with engine.connect() as connection:  # the app used it before handing it over
+        assert connection.exec_driver_sql("PRAGMA foreign_keys").scalar() == 0
+    Base.metadata.create_all(engine)
+
+    with pytest.warns(sqlq_orm.SqlqWarning, match="without sqlq_orm's connection settings"):
+        queue = sqlq_orm.Queue(engine)
+
+    with engine.connect() as connection:
+        assert connection.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+        assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+    job = queue.enqueue("t")
+    with engine.begin() as connection:  # ON DELETE CASCADE fires now
+        connection.exec_driver_sql(f"DELETE FROM sqlq_jobs WHERE id = {job.id}")
+        assert connection.exec_driver_sql("SELECT count(*) FROM sqlq_job_events").scalar() == 0
+    engine.dispose()
+
+
+def test_a_queue_given_a_configured_engine_says_nothing(sqlite_url, recwarn):
+    engine = sqlq_orm.create_engine(sqlite_url)
+    Base.metadata.create_all(engine)
+
+    sqlq_orm.Queue(engine)
+    sqlq_orm.Queue(engine)
+
+    assert [w for w in recwarn if issubclass(w.category, sqlq_orm.SqlqWarning)] == []
+    engine.dispose()

@@ -102,6 +102,9 @@ class Backend:
     """Around a migration: a table rebuilt by copy-and-drop keeps its indexes' DESC."""
     lock_for_migration: Callable[[Connection], None] = _no_lock
     """Serialise concurrent schema changes inside the migration transaction."""
+    needs_hooks: bool = False
+    """Whether the queue's guarantees depend on :attr:`install_hooks` having run on the
+    engine (SQLite: foreign keys are off unless each connection turns them on)."""
     connections_share_database: Callable[[URL], bool] = _one_database_for_all
     """Whether every connection to this URL sees the same database (not so for an
     in-memory SQLite database, which exists once per connection)."""

@@ -274,6 +274,7 @@ BACKEND = Backend(
     foreign_key_problems=_foreign_key_problems,
     suspend_foreign_keys=_suspend_foreign_keys,
     connections_share_database=is_file,
+    needs_hooks=True,
     keep_index_order=_keep_index_order,
     descending_index_columns=_descending_index_columns,
 )
