@@ -59,6 +59,10 @@ INVARIANTS: dict[str, str] = {
     ),
     "no_orphan_attempts": "every attempt belongs to an existing job",
     "no_orphan_events": "every event belongs to an existing job",
+    "foreign_keys_hold": (
+        "no row of any table references a missing row (SQLite lets one through when a "
+        "connection wrote with foreign keys off, e.g. an engine without sqlq's settings)"
+    ),
 }
 """Every invariant the checker knows, by name, with what it requires."""
 
@@ -84,7 +88,8 @@ class Violation:
     detail: str
 
     def __str__(self) -> str:
-        return f"job {self.job_id}: {self.invariant}: {self.detail}"
+        where = "database" if self.job_id is None else f"job {self.job_id}"
+        return f"{where}: {self.invariant}: {self.detail}"
 
 
 def check(target: QueueContext | HasContext | Engine) -> list[Violation]:
@@ -103,8 +108,25 @@ def check(target: QueueContext | HasContext | Engine) -> list[Violation]:
             for row in connection.execute(query):
                 violations.append(Violation(name, row[0], _describe(row)))
         violations.extend(_replay_events(connection, tables.jobs, tables.events))
+        violations.extend(_foreign_key_problems(context, connection))
     violations.sort(key=lambda v: (v.job_id is None, v.job_id or 0, v.invariant))
     return violations
+
+
+def _foreign_key_problems(context: QueueContext, connection: Connection) -> list[Violation]:
+    """Rows, in any table, whose foreign keys point at nothing (one violation per table)."""
+    per_table: dict[str, int] = {}
+    for table in context.dialect.foreign_key_problems(connection):
+        per_table[table] = per_table.get(table, 0) + 1
+    return [
+        Violation(
+            "foreign_keys_hold",
+            None,
+            f"{count} row(s) of {table} reference missing rows; were they written on a "
+            "connection with foreign keys off? (sqlq_orm.configure_engine turns them on)",
+        )
+        for table, count in sorted(per_table.items())
+    ]
 
 
 def _context(target: QueueContext | HasContext | Engine) -> QueueContext:

@@ -345,7 +345,10 @@ def test_orphan_attempt_is_reported(engine, queue):
         "VALUES (424242, 1, 'w', 5, 'RUNNING')",
     )
 
-    assert check(queue) == [Violation("no_orphan_attempts", 424242, "attempt=1, status='RUNNING'")]
+    found = check(queue)
+    assert [v for v in found if v.job_id is not None] == [
+        Violation("no_orphan_attempts", 424242, "attempt=1, status='RUNNING'")
+    ]
 
 
 def test_orphan_event_is_reported(engine, queue):
@@ -355,11 +358,26 @@ def test_orphan_event_is_reported(engine, queue):
         "VALUES (424242, 5, 'ENQUEUED', 's')",
     )
 
-    assert names(check(queue)) == {"no_orphan_events"}
+    assert names(check(queue), 424242) == {"no_orphan_events"}
+
+
+def test_rows_written_with_foreign_keys_off_are_reported_per_table(engine, queue):
+    if engine.dialect.name != "sqlite":
+        pytest.skip("PostgreSQL enforces foreign keys on every connection")
+    corrupt(
+        engine,
+        "INSERT INTO sqlq_job_events (job_id, ts, event, actor) "
+        "VALUES (424242, 5, 'ENQUEUED', 's'), (424243, 5, 'ENQUEUED', 's')",
+    )
+
+    (broken,) = [v for v in check(queue) if v.invariant == "foreign_keys_hold"]
+    assert broken.job_id is None
+    assert broken.detail.startswith("2 row(s) of sqlq_job_events reference missing rows")
 
 
 def test_every_invariant_has_a_test_that_breaks_it():
     tested = {
+        "foreign_keys_hold",
         "held_job_has_lease",
         "lease_only_while_held",
         "terminal_job_has_finished_at",
