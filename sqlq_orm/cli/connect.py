@@ -40,11 +40,25 @@ def shown_url(url: str) -> str:
         return repr(url)
 
 
+def _dialect(url: str) -> str:
+    """The URL's ``dialect+driver`` part, e.g. ``mysql`` or ``postgresql+asyncpg``."""
+    try:
+        return sqlalchemy.make_url(url).drivername
+    except ArgumentError:
+        return repr(url)
+
+
 def open_engine(db: str | None, **kwargs: Any) -> Engine:
     """An engine for the chosen database, with a clear error for a bad URL."""
     url = database_url(db)
     try:
         return create_engine(url, **kwargs)
+    except ImportError as exc:  # the dialect's DBAPI driver is not installed
+        raise CommandError(
+            f"cannot use the database URL {shown_url(url)}: the dialect {_dialect(url)!r} is "
+            f"not supported or its driver is not installed ({exc}); sqlq_orm supports "
+            "sqlite:// and postgresql:// (install sqlq_orm[postgres] for PostgreSQL's driver)"
+        ) from None
     except NoSuchModuleError:
         raise CommandError(
             f"unsupported database URL {shown_url(url)}: sqlq_orm supports sqlite:// and "
