@@ -100,6 +100,21 @@ def test_database_without_support_or_driver_is_one_line_naming_the_dialect(url, 
     assert "driver" in line
 
 
+@pytest.mark.parametrize("command", ["show", "cancel", "retry"])
+def test_job_id_beyond_64_bits_is_one_line_naming_it(sqlite_url, command):
+    result = sqlq("--db", sqlite_url, command, TOO_BIG_ID)
+
+    assert "out of range" in one_line_error(result, TOO_BIG_ID)
+
+
+@pytest.mark.parametrize(("option", "value"), [("--jobs", "-1"), ("--workers", "0")])
+def test_demo_with_too_few_jobs_or_workers_is_one_line_naming_the_value(tmp_path, option, value):
+    result = sqlq("demo", "--path", str(tmp_path), option, value)
+
+    one_line_error(result, option, value)
+    assert not (tmp_path / "demo.db").exists()
+
+
 @pytest.fixture
 def read_only_url(sqlite_url: str) -> Iterator[str]:
     """The same SQLite file opened read-only, while another connection has pages in its WAL."""
