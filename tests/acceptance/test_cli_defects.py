@@ -129,4 +129,16 @@ def read_only_url(sqlite_url: str) -> Iterator[str]:
         writer.close()
 
 
+@pytest.mark.parametrize(
+    ("option", "statement"),
+    [("--checkpoint", "PRAGMA wal_checkpoint(TRUNCATE)"), ("--vacuum", "VACUUM")],
+)
+def test_maintenance_refused_by_the_database_is_one_line_naming_the_statement(
+    read_only_url, option, statement
+):
+    result = sqlq("--db", read_only_url, "maintenance", option)
+
+    one_line_error(result, statement)
+
+
 # ------------------------------------------------- 8. a schema newer than the code
