@@ -86,6 +86,11 @@ def enqueue(
             decoded = json.loads(payload)
         except ValueError as exc:
             raise CommandError(f"--payload is not valid JSON ({exc}): {payload[:80]!r}") from None
+        except RecursionError:
+            raise CommandError(
+                f"--payload is nested too deeply to decode: {payload[:40]!r}...; "
+                "payloads are small JSON documents"
+            ) from None
     result = open_queue(db).enqueue(
         job_type,
         decoded,

@@ -141,4 +141,27 @@ def test_maintenance_refused_by_the_database_is_one_line_naming_the_statement(
     one_line_error(result, statement)
 
 
+def test_migrate_on_a_database_from_a_newer_version_is_one_line_naming_the_revision(future_url):
+    result = sqlq("--db", future_url, "migrate")
+
+    one_line_error(result, FUTURE_REVISION)
+
+
+def test_database_url_that_is_not_utf8_is_one_line_naming_it(tmp_path):
+    url = b"sqlite:///" + bytes(tmp_path) + b"/queue-\xff.db"
+
+    result = sqlq("--db", url, "stats")
+
+    assert "not valid UTF-8" in one_line_error(result, "queue-\\xff.db")
+
+
+def test_payload_nested_50000_deep_is_one_line(sqlite_url):
+    deep = "[" * 50_000 + "]" * 50_000
+
+    result = sqlq("--db", sqlite_url, "enqueue", "send_email", "--payload", deep)
+
+    assert "--payload" in one_line_error(result)
+    assert job_count(sqlite_url) == 0
+
+
 # ------------------------------------------------- 8. a schema newer than the code
