@@ -75,6 +75,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if verbosity or args.command is worker:  # a worker's log is its activity record
         level = logging.DEBUG if verbosity > 1 else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if verbosity < 2:  # Alembic says which dialect it uses each time it reads a revision
+        logging.getLogger("alembic").setLevel(logging.WARNING)
     db = getattr(args, "db", None)
     try:
         return call_command(args.command, args)

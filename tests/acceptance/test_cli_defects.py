@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy
 
 from sqlq_orm.migrations import VERSION_TABLE
-from tests.support.worker_helpers import ROOT, subprocess_env
+from tests.support.worker_helpers import ROOT, TEST_HANDLERS, subprocess_env
 
 pytestmark = pytest.mark.slow
 
@@ -144,7 +144,7 @@ def test_maintenance_refused_by_the_database_is_one_line_naming_the_statement(
 def test_migrate_on_a_database_from_a_newer_version_is_one_line_naming_the_revision(future_url):
     result = sqlq("--db", future_url, "migrate")
 
-    one_line_error(result, FUTURE_REVISION)
+    one_line_error(result, FUTURE_REVISION, NEWEST_KNOWN)
 
 
 def test_database_url_that_is_not_utf8_is_one_line_naming_it(tmp_path):
@@ -165,3 +165,22 @@ def test_payload_nested_50000_deep_is_one_line(sqlite_url):
 
 
 # ------------------------------------------------- 8. a schema newer than the code
+
+
+def test_enqueue_refuses_a_schema_newer_than_the_code(future_url):
+    result = sqlq("--db", future_url, "enqueue", "send_email")
+
+    one_line_error(result, FUTURE_REVISION, NEWEST_KNOWN)
+    assert job_count(future_url) == 0
+
+
+def test_worker_refuses_a_schema_newer_than_the_code(future_url):
+    result = sqlq("--db", future_url, "worker", "--handlers", TEST_HANDLERS, "--burst")
+
+    one_line_error(result, FUTURE_REVISION, NEWEST_KNOWN)
+
+
+def test_read_only_commands_still_run_on_a_schema_newer_than_the_code(future_url):
+    result = sqlq("--db", future_url, "stats", "--json")
+
+    assert result.returncode == 0, result.stderr
