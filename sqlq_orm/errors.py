@@ -89,6 +89,25 @@ class DedupeConflict(SqlqError):
         )
 
 
+class SchemaNewerThanCode(SqlqError):
+    """The database was migrated by a newer sqlq_orm: its schema revision is unknown here.
+
+    Code that does not know a revision cannot know what it changed, so it must not
+    read or write the tables as if nothing had. ``found`` are the revisions the
+    database records, ``newest`` the newest this code ships.
+    """
+
+    def __init__(self, found: list[str], newest: list[str]) -> None:
+        self.found = found
+        self.newest = newest
+        super().__init__(
+            f"the database is at sqlq schema revision {', '.join(found)}, which this "
+            f"version of sqlq_orm does not know (its newest is {', '.join(newest)}): a "
+            "newer sqlq_orm migrated it. Upgrade sqlq_orm here to the version that did; "
+            "nothing was done"
+        )
+
+
 class JobError(SqlqError):
     """Raised by a handler to fail its job with a classified error.
 

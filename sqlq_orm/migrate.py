@@ -8,6 +8,7 @@ the package (:mod:`sqlq_orm.migrations`), so no ``alembic.ini`` is needed::
     migrate.upgrade("sqlite:///sqlq.db")   # or an Engine
     migrate.current(engine)                # {"sqlq_0001"}
     migrate.check(engine)                  # [] when the schema matches the models
+    migrate.check_schema_revision(engine)  # raises if a newer sqlq_orm migrated it
 
 ``bind`` is a URL (an engine is made with :func:`sqlq_orm.create_engine` and
 disposed of afterwards) or an :class:`~sqlalchemy.engine.Engine` (a host app's; give
@@ -34,7 +35,7 @@ from sqlalchemy.pool import NullPool
 from alembic import command
 from sqlq_orm.db.backends import backend_for
 from sqlq_orm.db.engine import create_engine
-from sqlq_orm.errors import SqlqError
+from sqlq_orm.errors import SchemaNewerThanCode, SqlqError
 from sqlq_orm.migrations import (
     MIGRATIONS_DIR,
     VERSION_TABLE,
@@ -42,7 +43,15 @@ from sqlq_orm.migrations import (
     target_metadata,
 )
 
-__all__ = ["check", "config", "current", "downgrade", "upgrade"]
+__all__ = [
+    "check",
+    "check_schema_revision",
+    "config",
+    "current",
+    "downgrade",
+    "newest_revisions",
+    "upgrade",
+]
 
 log = logging.getLogger("sqlq_orm")
 
@@ -96,6 +105,7 @@ def upgrade(bind: str | sqlalchemy.URL | Engine, revision: str = "heads") -> Non
     and changes nothing.
     """
     with _connection(bind) as connection:
+        _refuse_unknown_revision(connection)
         if _adopt_unversioned_tables(connection):
             return
         command.upgrade(config(connection), revision)
@@ -104,6 +114,7 @@ def upgrade(bind: str | sqlalchemy.URL | Engine, revision: str = "heads") -> Non
 def downgrade(bind: str | sqlalchemy.URL | Engine, revision: str) -> None:
     """Downgrade the database to ``revision`` (``"base"`` drops sqlq_orm's tables)."""
     with _connection(bind) as connection:
+        _refuse_unknown_revision(connection)
         command.downgrade(config(connection), revision)
 
 
@@ -111,6 +122,32 @@ def current(bind: str | sqlalchemy.URL | Engine) -> set[str]:
     """The revisions the database is at (empty before the first upgrade)."""
     with _connection(bind, read_only=True) as connection:
         return _recorded(connection, VERSION_TABLE)
+
+
+def newest_revisions() -> list[str]:
+    """The head revisions this version of sqlq_orm ships (one, unless branches diverge)."""
+    return sorted(ScriptDirectory.from_config(config()).get_heads())
+
+
+def check_schema_revision(bind: str | sqlalchemy.URL | Engine) -> None:
+    """Raise :class:`~sqlq_orm.errors.SchemaNewerThanCode` if the database records a
+    sqlq revision this code does not know (a newer sqlq_orm migrated it).
+
+    Read-only. A database at a known revision, or with none recorded yet, passes.
+    Reads the standalone version table (``sqlq_alembic_version``); when a host app
+    runs the revisions from its own Alembic, that Alembic keeps the history.
+    """
+    with _connection(bind, read_only=True) as connection:
+        _refuse_unknown_revision(connection)
+
+
+def _refuse_unknown_revision(connection: Connection) -> None:
+    try:
+        unknown = _recorded(connection, VERSION_TABLE) - _revision_ids()
+    finally:
+        connection.rollback()  # Alembic must start outside a transaction
+    if unknown:
+        raise SchemaNewerThanCode(sorted(unknown), newest_revisions())
 
 
 def check(bind: str | sqlalchemy.URL | Engine) -> list[Any]:

@@ -86,6 +86,11 @@ def enqueue(
             decoded = json.loads(payload)
         except ValueError as exc:
             raise CommandError(f"--payload is not valid JSON ({exc}): {payload[:80]!r}") from None
+        except RecursionError:
+            raise CommandError(
+                f"--payload is nested too deeply to decode: {payload[:40]!r}...; "
+                "payloads are small JSON documents"
+            ) from None
     result = open_queue(db).enqueue(
         job_type,
         decoded,
@@ -206,7 +211,7 @@ def stats(
         "json": report.render_stats_json,
         "prometheus": report.render_stats_prometheus,
     }
-    queue = open_queue(db)
+    queue = open_queue(db, refuse_newer_schema=False)
     stop = _StopFlag()
     if watch is not None:
         if watch <= 0:
@@ -231,7 +236,7 @@ def show(db: str | None, job_id: int, output: str = "text") -> int:
     from sqlq_orm.ops import render as report
     from sqlq_orm.ops.timeline import job_timeline
 
-    timeline = job_timeline(open_queue(db), job_id)
+    timeline = job_timeline(open_queue(db, refuse_newer_schema=False), job_id)
     if output == "json":
         print(report.render_timeline_json(timeline))
     else:
@@ -258,7 +263,7 @@ def check(db: str | None, output: str = "text") -> int:
     from sqlq_orm.ops.invariants import INVARIANTS
     from sqlq_orm.ops.invariants import check as find_violations
 
-    violations = find_violations(open_queue(db))
+    violations = find_violations(open_queue(db, refuse_newer_schema=False))
     if output == "json":
         found = [
             {"invariant": v.invariant, "job_id": v.job_id, "detail": v.detail} for v in violations
@@ -314,8 +319,9 @@ def maintenance(db: str | None, checkpoint: bool = False, vacuum: bool = False) 
 
     if not (checkpoint or vacuum):
         raise CommandError("nothing to do: pass --checkpoint and/or --vacuum")
+    queue = open_queue(db, refuse_newer_schema=False)  # upkeep does not read the schema
     print(report.render_maintenance_text(
-        run_maintenance(open_queue(db), checkpoint=checkpoint, vacuum=vacuum)
+        run_maintenance(queue, checkpoint=checkpoint, vacuum=vacuum)
     ))  # fmt: skip
     return 0
 

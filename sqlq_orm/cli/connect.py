@@ -17,6 +17,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlq_orm.core.backoff import RetryPolicy
 from sqlq_orm.db.engine import create_engine
 from sqlq_orm.errors import SqlqError
+from sqlq_orm.migrate import check_schema_revision, current, upgrade
 from sqlq_orm.queue.queue import Queue
 
 DEFAULT_DB_URL = "sqlite:///sqlq.db"
@@ -40,11 +41,25 @@ def shown_url(url: str) -> str:
         return repr(url)
 
 
+def _dialect(url: str) -> str:
+    """The URL's ``dialect+driver`` part, e.g. ``mysql`` or ``postgresql+asyncpg``."""
+    try:
+        return sqlalchemy.make_url(url).drivername
+    except ArgumentError:
+        return repr(url)
+
+
 def open_engine(db: str | None, **kwargs: Any) -> Engine:
     """An engine for the chosen database, with a clear error for a bad URL."""
     url = database_url(db)
     try:
         return create_engine(url, **kwargs)
+    except ImportError as exc:  # the dialect's DBAPI driver is not installed
+        raise CommandError(
+            f"cannot use the database URL {shown_url(url)}: the dialect {_dialect(url)!r} is "
+            f"not supported or its driver is not installed ({exc}); sqlq_orm supports "
+            "sqlite:// and postgresql:// (install sqlq_orm[postgres] for PostgreSQL's driver)"
+        ) from None
     except NoSuchModuleError:
         raise CommandError(
             f"unsupported database URL {shown_url(url)}: sqlq_orm supports sqlite:// and "
@@ -59,14 +74,24 @@ def open_engine(db: str | None, **kwargs: Any) -> Engine:
 
 def migrate_schema(engine: Engine) -> str:
     """Bring the schema to the newest revision with the packaged Alembic migrations."""
-    from sqlq_orm.migrate import current, upgrade
-
     upgrade(engine)
     return f"schema at revision {', '.join(sorted(current(engine)))} (newest)"
 
 
-def open_queue(db: str | None, *, retry_base: float | None = None, **engine_kwargs: Any) -> Queue:
-    """A :class:`Queue` on the chosen database, after checking its tables exist."""
+def open_queue(
+    db: str | None,
+    *,
+    refuse_newer_schema: bool = True,
+    retry_base: float | None = None,
+    **engine_kwargs: Any,
+) -> Queue:
+    """A :class:`Queue` on the chosen database, after checking its tables exist.
+
+    With ``refuse_newer_schema`` (commands that run or change jobs), a schema that a
+    newer sqlq_orm migrated is refused (:class:`~sqlq_orm.errors.SchemaNewerThanCode`):
+    this code cannot know what that revision changed, so it must not write as if
+    nothing had. Read-only commands and the database's upkeep pass False.
+    """
     engine = open_engine(db, **engine_kwargs)
     retry_policy = None
     if retry_base is not None:
@@ -80,4 +105,6 @@ def open_queue(db: str | None, *, retry_base: float | None = None, **engine_kwar
             f"the database {shown_url(database_url(db))} has no {jobs_table.name} table; "
             "run `sqlq migrate` first"
         )
+    if refuse_newer_schema:
+        check_schema_revision(engine)
     return queue

@@ -1,7 +1,8 @@
 """``sqlq``'s entry point: parse, set up logging, run the command, report errors.
 
-Any error prints one line to stderr (``sqlq: error: ...``) and exits 1 (2 for a usage
-error, from argparse); ``-vv`` logs the full error too.
+Any error prints one line to stderr (``sqlq: error: ...``), never a traceback, and
+exits 1 (2 for a usage error: a bad option, or an argument that is not UTF-8); ``-vv``
+logs the full error too.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from alembic.util import CommandError as AlembicCommandError
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from sqlq_orm.cli.commands import worker
@@ -20,27 +22,65 @@ from sqlq_orm.errors import SqlqError
 log = logging.getLogger("sqlq_orm.cli")
 
 
+INPUT_ERRORS = (OverflowError, RecursionError, UnicodeError)
+"""What an argument out of the ordinary can still raise past the checks (a value too
+large for the driver, nesting too deep, text that cannot be encoded)."""
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(getattr(exc, "orig", None) or exc).strip().splitlines() or [""])[0]
+
+
 def _describe(exc: BaseException, db: str | None) -> str:
     if isinstance(exc, SqlqError):
         return str(exc)
-    first_line = (str(getattr(exc, "orig", None) or exc).strip().splitlines() or [""])[0]
     if isinstance(exc, OperationalError):
-        return f"cannot use the database {shown_url(database_url(db))}: {first_line}"
-    return f"database error: {first_line}"
+        return f"cannot use the database {shown_url(database_url(db))}: {_first_line(exc)}"
+    if isinstance(exc, AlembicCommandError):
+        return f"migration failed: {_first_line(exc)}"
+    if isinstance(exc, INPUT_ERRORS):
+        return f"cannot use this input ({type(exc).__name__}): {_first_line(exc)}"
+    return f"database error: {_first_line(exc)}"
+
+
+def _printable(argument: str) -> str:
+    """An argument as the user typed it, undecodable bytes shown as ``\\xff``."""
+    try:
+        raw = argument.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        raw = argument.encode("utf-8", "backslashreplace")
+    return raw.decode("utf-8", "backslashreplace")
+
+
+def _not_utf8(argv: Sequence[str]) -> str | None:
+    """The first argument that is not valid UTF-8 (Python keeps its bytes as surrogates)."""
+    for argument in argv:
+        try:
+            argument.encode("utf-8")
+        except UnicodeEncodeError:
+            return argument
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``sqlq``; returns the exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    bad = _not_utf8(argv)
+    if bad is not None:
+        print(f"sqlq: error: argument '{_printable(bad)}' is not valid UTF-8", file=sys.stderr)
+        return 2
     args = build_parser().parse_args(argv)
     verbosity = getattr(args, "verbose", 0) or 0
     level = logging.WARNING
     if verbosity or args.command is worker:  # a worker's log is its activity record
         level = logging.DEBUG if verbosity > 1 else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if verbosity < 2:  # Alembic says which dialect it uses each time it reads a revision
+        logging.getLogger("alembic").setLevel(logging.WARNING)
     db = getattr(args, "db", None)
     try:
         return call_command(args.command, args)
-    except (SqlqError, SQLAlchemyError) as exc:
+    except (SqlqError, SQLAlchemyError, AlembicCommandError, *INPUT_ERRORS) as exc:
         log.debug("the full error", exc_info=exc)  # shown with -vv
         print(f"sqlq: error: {_describe(exc, db)}", file=sys.stderr)
         return 1

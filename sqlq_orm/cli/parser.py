@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from sqlq_orm.cli.commands import (
     cancel,
@@ -28,6 +28,44 @@ from sqlq_orm.cli.commands import (
 )
 from sqlq_orm.cli.connect import DB_ENV_VAR, DEFAULT_DB_URL
 
+MAX_JOB_ID = 2**63 - 1
+"""The largest id a job can have (a signed 64-bit integer, on every database)."""
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line, like every other error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"sqlq: error: {message} (see `{self.prog} --help`)\n")
+
+
+def job_id(text: str) -> int:
+    """A job id: a whole number from 1 to :data:`MAX_JOB_ID`."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if not 1 <= value <= MAX_JOB_ID:
+        raise argparse.ArgumentTypeError(
+            f"job id {text} is out of range: job ids go from 1 to {MAX_JOB_ID}"
+        )
+    return value
+
+
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An argument type: a whole number no smaller than ``minimum``."""
+
+    def whole_number(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {text!r}")
+        return value
+
+    return whole_number
+
 
 def parse_interval(text: str) -> float | tuple[float, float]:
     """``"10-30"`` (a range to draw from) or ``"5"`` (seconds)."""
@@ -44,7 +82,7 @@ def parse_interval(text: str) -> float | tuple[float, float]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; each sub-command's ``command`` default is its function."""
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     common.add_argument(
         "--db",
         default=argparse.SUPPRESS,
@@ -54,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument(
         "-v", "--verbose", action="count", default=argparse.SUPPRESS, help="log more (repeatable)"
     )
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="sqlq",
         description="A job queue inside your application's database.",
         parents=[common],
@@ -141,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, function in (("show", show), ("cancel", cancel), ("retry", retry)):
         p = add(name, function)
-        p.add_argument("job_id", type=int, metavar="JOB_ID")
+        p.add_argument("job_id", type=job_id, metavar="JOB_ID")
         if name == "cancel":
             p.add_argument("--reason", help="recorded on the CANCELLED event")
         if name == "show":
@@ -184,8 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("demo", demo)
     p.add_argument("--path", metavar="DIR", help="directory for the demo database (default: temp)")
-    p.add_argument("--jobs", type=int, default=300, help="how many jobs (default 300)")
-    p.add_argument("--workers", type=int, default=3, help="worker processes (default 3)")
+    p.add_argument("--jobs", type=at_least(2), default=300, help="how many jobs (default 300)")
+    p.add_argument("--workers", type=at_least(1), default=3, help="worker processes (default 3)")
     return parser
 
 

@@ -95,9 +95,12 @@ def run_outside_transaction(engine: Engine, sql: str) -> list[tuple[Any, ...]]:
     """Run one statement that must not be inside a transaction (VACUUM, checkpoints).
 
     Uses a raw pooled connection in the driver's autocommit mode, so SQLAlchemy's
-    ``begin`` hook (``BEGIN IMMEDIATE`` on SQLite) never wraps it.
+    ``begin`` hook (``BEGIN IMMEDIATE`` on SQLite) never wraps it; for the same reason
+    the driver's errors reach here unwrapped, and leave as a :class:`SqlqError` naming
+    the statement.
     """
     attribute, autocommit = backend_for(engine).autocommit
+    driver_error: type[Exception] = engine.dialect.loaded_dbapi.Error
     raw = engine.raw_connection()
     try:
         driver: Any = raw.driver_connection
@@ -108,6 +111,9 @@ def run_outside_transaction(engine: Engine, sql: str) -> list[tuple[Any, ...]]:
             try:
                 cursor.execute(sql)
                 return [tuple(row) for row in cursor.fetchall()] if cursor.description else []
+            except driver_error as exc:
+                detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                raise SqlqError(f"the database refused {sql}: {detail}") from exc
             finally:
                 cursor.close()
         finally:
