@@ -16,7 +16,8 @@ DATABASE_URL = os.environ.get("HOSTAPP_DATABASE_URL", "sqlite:///hostapp.db")
 
 
 def make_engine(url: str = DATABASE_URL, **kwargs: Any) -> Engine:
-    # sqlq's hooks: on SQLite, foreign keys ON, WAL, busy_timeout, BEGIN IMMEDIATE.
+    # sqlq's hooks: on SQLite, foreign keys ON, WAL, busy_timeout; the queue's own
+    # writes begin IMMEDIATE, the app's sessions begin as SQLite does (DEFERRED).
     return sqlq_orm.create_engine(url, **kwargs)
 
 

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 import sqlq_orm
 from app import make_engine, make_queue
-from models import Job, Order
+from models import Order
 
 log = logging.getLogger("hostapp")
 
@@ -20,13 +20,13 @@ def make_registry(engine: Engine) -> sqlq_orm.HandlerRegistry:
 
     @registry.handler("send_invoice")
     def send_invoice(job: sqlq_orm.JobContext) -> str:
-        # The job row carries the app's own order_id: follow it to the order.
+        # The app's own columns come with the job: follow order_id to the order.
+        order_id, tenant_id = job.columns["order_id"], job.columns["tenant_id"]
         with Session(engine) as session:
-            row = session.get(Job, job.job_id)
-            order = session.get(Order, row.order_id) if row and row.order_id else None
+            order = session.get(Order, order_id) if order_id is not None else None
             if order is None:
                 return "order gone: nothing to send"
-            log.info("invoice for order %s sent", order.number)
+            log.info("invoice for order %s (tenant %s) sent", order.number, tenant_id)
             return f"invoice:{order.number}"
 
     return registry

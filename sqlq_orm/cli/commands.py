@@ -78,6 +78,7 @@ def enqueue(
     max_runtime: int | None = None,
     dedupe_key: str | None = None,
     payload_ref: str | None = None,
+    models: str | None = None,
 ) -> int:
     """Add one job; print its id."""
     decoded: Any = None
@@ -91,7 +92,7 @@ def enqueue(
                 f"--payload is nested too deeply to decode: {payload[:40]!r}...; "
                 "payloads are small JSON documents"
             ) from None
-    result = open_queue(db).enqueue(
+    result = open_queue(db, models=models).enqueue(
         job_type,
         decoded,
         queue=queue,
@@ -121,6 +122,7 @@ def worker(
     worker_id: str | None = None,
     burst: bool = False,
     retry_base: float | None = None,
+    models: str | None = None,
 ) -> int:
     """Run a worker until SIGTERM/SIGINT (or, with --burst, until the queue is empty).
 
@@ -136,7 +138,11 @@ def worker(
     # pre-ping because a server or proxy may close a connection that sat idle between
     # heartbeats.
     queue = open_queue(
-        db, retry_base=retry_base, pool_size=max(concurrency, 1) + 3, pool_pre_ping=True
+        db,
+        models=models,
+        retry_base=retry_base,
+        pool_size=max(concurrency, 1) + 3,
+        pool_pre_ping=True,
     )
     try:
         Worker(
@@ -172,11 +178,12 @@ def sweep(
     loop: bool = False,
     interval: float | tuple[float, float] = (10.0, 30.0),
     retry_base: float | None = None,
+    models: str | None = None,
 ) -> int:
     """Recover expired leases and end jobs past their max runtime (once, or --loop)."""
     from sqlq_orm.worker.runtime import run_sweeper
 
-    queue = open_queue(db, retry_base=retry_base)
+    queue = open_queue(db, models=models, retry_base=retry_base)
     if not loop:
         _print_sweep(queue.sweep())
         return 0
@@ -202,6 +209,7 @@ def stats(
     watch: float | None = None,
     top: int = 10,
     worker_stale: int = 60,
+    models: str | None = None,
 ) -> int:
     """Answer the five questions: states, stuck jobs, retries, failure reasons, retention."""
     from sqlq_orm.ops import render as report
@@ -211,7 +219,7 @@ def stats(
         "json": report.render_stats_json,
         "prometheus": report.render_stats_prometheus,
     }
-    queue = open_queue(db, refuse_newer_schema=False)
+    queue = open_queue(db, models=models, refuse_newer_schema=False)
     stop = _StopFlag()
     if watch is not None:
         if watch <= 0:
@@ -231,12 +239,12 @@ def stats(
             return 0
 
 
-def show(db: str | None, job_id: int, output: str = "text") -> int:
+def show(db: str | None, job_id: int, output: str = "text", models: str | None = None) -> int:
     """Show one job: its state, its attempts and its event timeline."""
     from sqlq_orm.ops import render as report
     from sqlq_orm.ops.timeline import job_timeline
 
-    timeline = job_timeline(open_queue(db, refuse_newer_schema=False), job_id)
+    timeline = job_timeline(open_queue(db, models=models, refuse_newer_schema=False), job_id)
     if output == "json":
         print(report.render_timeline_json(timeline))
     else:
@@ -244,26 +252,28 @@ def show(db: str | None, job_id: int, output: str = "text") -> int:
     return 0
 
 
-def cancel(db: str | None, job_id: int, reason: str | None = None) -> int:
+def cancel(
+    db: str | None, job_id: int, reason: str | None = None, models: str | None = None
+) -> int:
     """Cancel an unfinished job (a worker holding it loses its lease)."""
-    open_queue(db).cancel(job_id, actor="cli", reason=reason)
+    open_queue(db, models=models).cancel(job_id, actor="cli", reason=reason)
     print(f"cancelled job {job_id}")
     return 0
 
 
-def retry(db: str | None, job_id: int) -> int:
+def retry(db: str | None, job_id: int, models: str | None = None) -> int:
     """Requeue a FAILED or CANCELLED job now, with a fresh retry budget."""
-    open_queue(db).retry(job_id, actor="cli")
+    open_queue(db, models=models).retry(job_id, actor="cli")
     print(f"requeued job {job_id}")
     return 0
 
 
-def check(db: str | None, output: str = "text") -> int:
+def check(db: str | None, output: str = "text", models: str | None = None) -> int:
     """Check every queue invariant (read-only); exit 1 if any row breaks one."""
     from sqlq_orm.ops.invariants import INVARIANTS
     from sqlq_orm.ops.invariants import check as find_violations
 
-    violations = find_violations(open_queue(db, refuse_newer_schema=False))
+    violations = find_violations(open_queue(db, models=models, refuse_newer_schema=False))
     if output == "json":
         found = [
             {"invariant": v.invariant, "job_id": v.job_id, "detail": v.detail} for v in violations
@@ -290,6 +300,7 @@ def prune(
     heartbeat_days: int | None = None,
     worker_days: int | None = None,
     output: str = "text",
+    models: str | None = None,
 ) -> int:
     """Delete finished jobs past their retention (with attempts and events), in batches."""
     from sqlq_orm.ops import render as report
@@ -302,7 +313,7 @@ def prune(
         heartbeat_event_days=heartbeat_days,
         worker_days=worker_days,
     )
-    result = open_queue(db).prune(
+    result = open_queue(db, models=models).prune(
         policy, batch_size=batch, max_batches=max_batches, dry_run=dry_run
     )
     if output == "json":
@@ -312,14 +323,17 @@ def prune(
     return 0
 
 
-def maintenance(db: str | None, checkpoint: bool = False, vacuum: bool = False) -> int:
+def maintenance(
+    db: str | None, checkpoint: bool = False, vacuum: bool = False, models: str | None = None
+) -> int:
     """SQLite: checkpoint the WAL and/or VACUUM (off-peak); PostgreSQL: VACUUM (ANALYZE)."""
     from sqlq_orm.ops import render as report
     from sqlq_orm.ops.retention import run_maintenance
 
     if not (checkpoint or vacuum):
         raise CommandError("nothing to do: pass --checkpoint and/or --vacuum")
-    queue = open_queue(db, refuse_newer_schema=False)  # upkeep does not read the schema
+    # Upkeep does not read the schema.
+    queue = open_queue(db, models=models, refuse_newer_schema=False)
     print(report.render_maintenance_text(
         run_maintenance(queue, checkpoint=checkpoint, vacuum=vacuum)
     ))  # fmt: skip

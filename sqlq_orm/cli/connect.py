@@ -7,7 +7,9 @@ whose message is shown as is, on one line.
 
 from __future__ import annotations
 
+import importlib
 import os
+import sys
 from typing import Any
 
 import sqlalchemy
@@ -16,6 +18,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from sqlq_orm.core.backoff import RetryPolicy
 from sqlq_orm.db.engine import create_engine
+from sqlq_orm.db.tables import Models
 from sqlq_orm.errors import SqlqError
 from sqlq_orm.migrate import check_schema_revision, current, upgrade
 from sqlq_orm.queue.queue import Queue
@@ -78,9 +81,41 @@ def migrate_schema(engine: Engine) -> str:
     return f"schema at revision {', '.join(sorted(current(engine)))} (newest)"
 
 
+MODELS_ENV_VAR = "SQLQ_MODELS"
+
+
+def load_models(spec: str | None) -> Models | None:
+    """The app's models from ``"package.module:NAME"`` (``--models``, else ``$SQLQ_MODELS``).
+
+    ``NAME`` is a :class:`~sqlq_orm.Models`; None (no option, no variable) means the
+    library's own models. The working directory is importable, as for ``python -m``.
+    """
+    spec = spec or os.environ.get(MODELS_ENV_VAR)
+    if not spec:
+        return None
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise CommandError(f"--models must look like 'package.module:MODELS', got {spec!r}")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise CommandError(f"cannot import models module {module_name!r}: {exc}") from None
+    found = getattr(module, attribute, None)
+    if not isinstance(found, Models):
+        raise CommandError(
+            f"--models {spec!r} names a {type(found).__name__}, not a sqlq_orm.Models "
+            "(e.g. MODELS = sqlq_orm.Models(job=Job, attempt=JobAttempt, event=JobEvent, "
+            "worker=Worker))"
+        )
+    return found
+
+
 def open_queue(
     db: str | None,
     *,
+    models: str | None = None,
     refuse_newer_schema: bool = True,
     retry_base: float | None = None,
     **engine_kwargs: Any,
@@ -90,13 +125,14 @@ def open_queue(
     With ``refuse_newer_schema`` (commands that run or change jobs), a schema that a
     newer sqlq_orm migrated is refused (:class:`~sqlq_orm.errors.SchemaNewerThanCode`):
     this code cannot know what that revision changed, so it must not write as if
-    nothing had. Read-only commands and the database's upkeep pass False.
+    nothing had. Read-only commands and the database's upkeep pass False. ``models``
+    names the app's :class:`~sqlq_orm.Models` (see :func:`load_models`).
     """
     engine = open_engine(db, **engine_kwargs)
     retry_policy = None
     if retry_base is not None:
         retry_policy = RetryPolicy(base_seconds=retry_base, max_seconds=max(retry_base, 3600.0))
-    queue = Queue(engine, retry_policy=retry_policy)
+    queue = Queue(engine, retry_policy=retry_policy, models=load_models(models))
     jobs_table = queue.tables.jobs
     with queue.read() as connection:
         exists = sqlalchemy.inspect(connection).has_table(jobs_table.name, schema=jobs_table.schema)

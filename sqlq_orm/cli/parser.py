@@ -90,6 +90,13 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"database URL (default: ${DB_ENV_VAR}, else {DEFAULT_DB_URL})",
     )
     common.add_argument(
+        "--models",
+        default=argparse.SUPPRESS,
+        metavar="MODULE:NAME",
+        help="the app's sqlq_orm.Models, when it bound the mixins to its own base and "
+        "columns (default: $SQLQ_MODELS, else the library's models)",
+    )
+    common.add_argument(
         "-v", "--verbose", action="count", default=argparse.SUPPRESS, help="log more (repeatable)"
     )
     parser = Parser(

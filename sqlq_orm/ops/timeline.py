@@ -10,7 +10,7 @@ never read.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import func, select
@@ -27,6 +27,7 @@ from sqlq_orm.ops.stats.views import (
     WorkerView,
     worker_state,
 )
+from sqlq_orm.schema.mixins import JOB_MIXIN_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,8 @@ class JobView:
     max_runtime_seconds: int | None
     error_code: str | None
     error_detail: str | None
+    columns: dict[str, Any] = field(default_factory=dict)
+    """The job's values for the columns the host app added, by name."""
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,7 @@ class JobTimeline:
     """None when nobody holds the job."""
 
 
-_JOB_VIEW_COLUMNS = [name for name in JobView.__dataclass_fields__]
+_JOB_VIEW_COLUMNS = [name for name in JobView.__dataclass_fields__ if name != "columns"]
 
 
 class TimelineQueries:
@@ -112,7 +115,8 @@ class TimelineQueries:
     def job(self, job_id: int) -> Select[Any]:
         """By primary key; the lease token is never selected."""
         j = self.tables.jobs.c
-        return select(*(j[name] for name in _JOB_VIEW_COLUMNS)).where(j.id == job_id)
+        app_columns = (c for c in self.tables.jobs.c if c.name not in JOB_MIXIN_COLUMNS)
+        return select(*(j[name] for name in _JOB_VIEW_COLUMNS), *app_columns).where(j.id == job_id)
 
     def attempts(self, job_id: int) -> Select[Any]:
         """On ``uq_*_job_attempt`` (job_id, attempt)."""
@@ -191,7 +195,8 @@ def job_timeline(
             raise JobNotFound(job_id)
         values = dict(row._mapping)
         values["payload"] = _decode(values["payload"])
-        job = JobView(**values)
+        app = {name: values.pop(name) for name in list(values) if name not in _JOB_VIEW_COLUMNS}
+        job = JobView(**values, columns=app)
         attempts = [
             AttemptView(
                 attempt=int(a.attempt),

@@ -165,3 +165,40 @@ def test_example_downgrade_to_base_and_upgrade_again(migrated):
     assert set(sqlalchemy.inspect(migrated.engine).get_table_names()) == {"alembic_version"}
     alembic(migrated.url, "upgrade", "head")
     assert "No new upgrade operations detected" in alembic(migrated.url, "check")
+
+
+def sqlq(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``sqlq --db URL ARGS`` from the example's directory (its modules importable)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("SQLQ_DATABASE_URL", "SQLQ_MODELS")}
+    env.update(PYTHONPATH=str(REPO_ROOT), PYTHONDONTWRITEBYTECODE="1")
+    return subprocess.run(
+        [sys.executable, "-m", "sqlq_orm", "--db", url, *args],
+        cwd=EXAMPLE,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_example_cli_given_the_apps_models_shows_its_columns(migrated, hostapp):
+    with Session(migrated.engine) as session:
+        hostapp.app.place_order(session, migrated.queue, number="C-1", tenant_id=42)
+        session.commit()
+    (job_id,) = [lease.job_id for lease in migrated.queue.claim("peek", limit=1)]
+
+    shown = sqlq(migrated.url, "--models", "models:MODELS", "show", str(job_id))
+    as_json = sqlq(migrated.url, "--models", "models:MODELS", "show", str(job_id), "--json")
+
+    assert shown.returncode == 0, shown.stderr
+    assert "tenant_id 42" in shown.stdout and "order_id " in shown.stdout
+    assert '"tenant_id": 42' in as_json.stdout
+
+
+def test_example_cli_refuses_a_models_name_that_is_not_models(migrated):
+    done = sqlq(migrated.url, "--models", "models:Order", "stats")
+
+    (line,) = done.stderr.strip().splitlines()
+    assert done.returncode != 0
+    assert line.startswith("sqlq: error: --models 'models:Order' names a ")
+    assert "not a sqlq_orm.Models" in line
