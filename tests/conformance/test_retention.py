@@ -156,10 +156,15 @@ def test_prune_drops_workers_not_seen_for_the_policy_days(session, queue, clock)
 
 
 def test_prune_refuses_when_sqlite_does_not_enforce_foreign_keys(tmp_path, clock):
-    # A host engine nobody configured: no PRAGMA foreign_keys, so no cascade.
-    raw_engine = sqlalchemy.create_engine(f"sqlite:///{tmp_path / 'plain.db'}")
-    Base.metadata.create_all(raw_engine)
-    queue = sqlq_orm.Queue(raw_engine, clock=clock)
+    # Something after sqlq's hooks turns enforcement off: deleting would orphan rows.
+    engine = sqlq_orm.create_engine(f"sqlite:///{tmp_path / 'plain.db'}")
+
+    @sqlalchemy.event.listens_for(engine, "connect")
+    def foreign_keys_off(dbapi_connection, record):
+        dbapi_connection.execute("PRAGMA foreign_keys = OFF")
+
+    Base.metadata.create_all(engine)
+    queue = sqlq_orm.Queue(engine, clock=clock)
     job = queue.enqueue("resize")
     (lease,) = queue.claim("w-1", start=True)
     queue.succeed(lease)
@@ -169,6 +174,25 @@ def test_prune_refuses_when_sqlite_does_not_enforce_foreign_keys(tmp_path, clock
         queue.prune()
 
     assert _job_ids(queue) == {job.id}
+    engine.dispose()
+
+
+def test_a_queue_on_a_plain_sqlite_engine_prunes_with_cascade(tmp_path, clock):
+    # A host engine nobody configured: the queue installs sqlq's settings (and warns).
+    raw_engine = sqlalchemy.create_engine(f"sqlite:///{tmp_path / 'plain.db'}")
+    Base.metadata.create_all(raw_engine)
+    with pytest.warns(sqlq_orm.SqlqWarning):
+        queue = sqlq_orm.Queue(raw_engine, clock=clock)
+    queue.enqueue("resize")
+    (lease,) = queue.claim("w-1", start=True)
+    queue.succeed(lease)
+    clock.advance(40 * DAY)
+
+    queue.prune()
+
+    assert _job_ids(queue) == set()
+    with raw_engine.connect() as connection:
+        assert connection.exec_driver_sql("SELECT count(*) FROM sqlq_job_events").scalar() == 0
     raw_engine.dispose()
 
 
