@@ -234,7 +234,7 @@ def run(config: Config) -> list[Result]:
         ]  # fmt: skip
     assert config.pg_url is not None
     results: list[Result] = []
-    available = {}
+    available: dict[str, bool] = {}
     for peer, modules in PEERS.items():
         missing = _installed(modules)
         if missing is None:
@@ -244,6 +244,8 @@ def run(config: Config) -> list[Result]:
             Result(NAME, f"{peer} (postgresql)", float("nan"), "jobs/s",
                    note=f"skipped: {missing} is not installed (pip install -e '.[bench]')")
         )  # fmt: skip
+    if not available:
+        return results
     with contextlib.ExitStack() as stack:
         urls = {
             side: stack.enter_context(postgres_database(config.pg_url))
