@@ -21,7 +21,7 @@ import sqlalchemy
 
 from bench.core import Config, Result, format_table
 
-BENCHES = ("lifecycle", "workers", "bulk", "scaling", "contention", "peers")
+BENCHES = ("lifecycle", "workers", "bulk", "scaling", "contention", "peers", "latency")
 """Every bench module, in the order they run."""
 
 DEFAULT_JSON = Path("bench/results/latest.json")

@@ -14,6 +14,15 @@ is gone once dequeued (a crash loses it), and persist-queue's ack row has no own
 expiry. sqlq_orm writes a job row update, an attempt row and two events per job.
 The ratio is sqlq_orm / peer: below 1 means the peer moves more jobs per second.
 
+huey's *task path* is measured too: a ``@huey.task()`` call enqueues (not timed) and
+a consumer-equivalent loop (``huey.execute(huey.dequeue())`` until empty, as one huey
+worker thread does) dequeues and runs each task, against sqlq_orm's real ``Worker``
+(one process, ``burst=True``, concurrency 10 and 64, full history) draining the same
+number of jobs on a SQLite file.
+
+With ``--pg``, the PostgreSQL peers (pgqueuer, procrastinate) run too: see
+``bench/pg_peers.py``.
+
 The peers come from the optional ``bench`` extra (``pip install -e '.[bench]'``);
 when one is missing its case is skipped with a note.
 """
@@ -25,7 +34,18 @@ import time
 from typing import Any
 
 import sqlq_orm
-from bench.core import Config, Result, compare, drain, fresh_sqlite, fresh_sqlite_path, side_by_side
+from bench import pg_peers
+from bench.core import (
+    Config,
+    Result,
+    compare,
+    drain,
+    fresh_sqlite,
+    fresh_sqlite_path,
+    side_by_side,
+    sqlite_url,
+)
+from bench.worker_drain import drain_with_worker, enqueue_noops
 
 NAME = "peers"
 GUARANTEES = "peer keeps no lease, token, attempt or event history"
@@ -43,7 +63,7 @@ def _sqlq(config: Config, jobs: int) -> float:
     return jobs / elapsed
 
 
-def _huey(config: Config, jobs: int) -> float:
+def _normal_sync_storage() -> type:
     from huey.storage import SqliteStorage
 
     class NormalSyncStorage(SqliteStorage):  # type: ignore[misc]
@@ -54,8 +74,12 @@ def _huey(config: Config, jobs: int) -> float:
             connection.execute("pragma synchronous=1")
             return connection
 
+    return NormalSyncStorage
+
+
+def _huey(config: Config, jobs: int) -> float:
     path = fresh_sqlite_path(config, "peers_huey")
-    storage = NormalSyncStorage(name="bench", filename=str(path))
+    storage = _normal_sync_storage()(name="bench", filename=str(path))
     for n in range(jobs):
         storage.enqueue(f'{{"n":{n}}}'.encode())
     started = time.perf_counter()
@@ -66,6 +90,36 @@ def _huey(config: Config, jobs: int) -> float:
     storage.close()
     assert done == jobs, (done, jobs)
     return jobs / elapsed
+
+
+def _huey_tasks(config: Config, jobs: int) -> float:
+    """huey's task path: ``@huey.task()`` calls enqueue, a consumer-like loop executes."""
+    from huey import Huey
+
+    path = fresh_sqlite_path(config, "peers_huey_tasks")
+    huey = Huey("bench", storage_class=_normal_sync_storage(), filename=str(path))
+    done = 0
+
+    @huey.task()
+    def noop(n: int) -> None:
+        nonlocal done
+        done += 1
+
+    for n in range(jobs):
+        noop(n)
+    started = time.perf_counter()
+    while (task := huey.dequeue()) is not None:
+        huey.execute(task)
+    elapsed = time.perf_counter() - started
+    huey.storage.close()
+    assert done == jobs, (done, jobs)
+    return jobs / elapsed
+
+
+def _sqlq_worker(config: Config, jobs: int, concurrency: int) -> float:
+    url = sqlite_url(fresh_sqlite(config, f"peers_worker_c{concurrency}")[0])
+    enqueue_noops(url, jobs)
+    return drain_with_worker(url, jobs, concurrency)
 
 
 def _persist_queue(config: Config, jobs: int) -> float:
@@ -133,4 +187,29 @@ def run(config: Config) -> list[Result]:
                 note=GUARANTEES,
             )
         )
-    return results
+    results += _huey_task_path(config, jobs)
+    return results + pg_peers.run(config)
+
+
+def _huey_task_path(config: Config, jobs: int) -> list[Result]:
+    label = "huey task path (@huey.task, dequeue + execute)"
+    if not _installed("huey"):
+        return [
+            Result(NAME, f"{label} x{jobs:,}", float("nan"), "jobs/s",
+                   note="skipped: huey is not installed (pip install -e '.[bench]')")
+        ]  # fmt: skip
+    runs = {f"c{c}": (lambda c=c: _sqlq_worker(config, jobs, c)) for c in pg_peers.CONCURRENCIES}
+    runs["huey"] = lambda: _huey_tasks(config, jobs)
+    samples = side_by_side(runs, config.heavy_reps)  # type: ignore[arg-type]
+    return [
+        compare(
+            NAME,
+            f"drain x{jobs:,}: Worker c{c} (1 process) vs {label} (sqlite)",
+            samples[f"c{c}"],
+            label,
+            samples["huey"],
+            "jobs/s",
+            note=GUARANTEES + "; huey runs the tasks in its own thread, no worker threads",
+        )
+        for c in pg_peers.CONCURRENCIES
+    ]
