@@ -28,7 +28,7 @@ class Administration(QueueCore):
         """
         validation.require_int("job_id", job_id)
         with self._write() as connection:
-            status, attempt_count, _ = self._locked_status(connection, job_id)
+            status, attempt_count, _, _ = self._locked_status(connection, job_id)
             if status in TERMINAL:
                 raise InvalidTransition(job_id, status.value, "cancel")
             connection.execute(self.sql.cancel, {"p_id": job_id, "p_status": status.value})
@@ -55,7 +55,7 @@ class Administration(QueueCore):
         """
         validation.require_int("job_id", job_id)
         with self._write() as connection:
-            status, _, _ = self._locked_status(connection, job_id)
+            status, _, _, queue = self._locked_status(connection, job_id)
             if status not in (JobStatus.FAILED, JobStatus.CANCELLED):
                 raise InvalidTransition(job_id, status.value, "retry")
             try:
@@ -70,14 +70,17 @@ class Administration(QueueCore):
             self._write_events(
                 connection, [self._event(job_id, Event.RETRIED, actor, {"was": status.value})]
             )
+            self._announce_jobs(connection, [queue])
+        self._wake_workers(None, [queue])
 
     def _locked_status(
         self, connection: Connection, job_id: int
-    ) -> tuple[JobStatus, int, str | None]:
+    ) -> tuple[JobStatus, int, str | None, str]:
+        """The job's status, attempt count, holder and queue, its row locked."""
         row = connection.execute(self.sql.lock_job, {"p_id": job_id}).one_or_none()
         if row is None:
             raise JobNotFound(job_id)
-        return JobStatus(row.status), row.attempt_count, row.claimed_by
+        return JobStatus(row.status), row.attempt_count, row.claimed_by, row.queue
 
     def counts_by_status(self) -> dict[str, int]:
         """How many jobs are in each status (statuses with none are included as 0)."""

@@ -26,7 +26,7 @@ class AdminStatements(StatementGroup):
         seen = j.status == bindparam("p_status")
         # -- cancel / retry (by id, for people and apps) -----------------------------
         self.lock_job = (
-            select(j.status, j.attempt_count, j.claimed_by)
+            select(j.status, j.attempt_count, j.claimed_by, j.queue)
             .where(j.id == bindparam("p_id"))
             .with_for_update()
         )
