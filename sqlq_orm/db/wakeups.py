@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Hashable, Iterable
 
 from sqlalchemy import event
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, SessionTransaction
 
 _PENDING = "sqlq_orm.wakeups"
 """``Session.info`` key: the wake-ups to send when the session's transaction commits."""
@@ -51,19 +51,22 @@ class Wakeups:
     def notify_after_commit(self, session: Session, queues: Iterable[str]) -> None:
         """Wake the subscribers of ``queues`` once ``session``'s transaction commits.
 
-        A rollback forgets them: a job that was never committed wakes nobody. The
-        session gets one pair of listeners however many jobs it enqueues.
+        A rollback forgets them: a job that was never committed wakes nobody. Savepoints
+        (``begin_nested``) neither send nor forget them; only the outermost transaction
+        does. The session gets one pair of listeners however many jobs it enqueues.
         """
         pending: dict[Wakeups, set[str]] | None = session.info.get(_PENDING)
         if pending is None:
             pending = session.info[_PENDING] = {}
         if not event.contains(session, "after_commit", _wake_pending):
             event.listen(session, "after_commit", _wake_pending)
-            event.listen(session, "after_rollback", _forget_pending)
+            event.listen(session, "after_soft_rollback", _forget_pending)
         pending.setdefault(self, set()).update(queues)
 
 
 def _wake_pending(session: Session) -> None:
+    if session.in_nested_transaction():
+        return  # a savepoint was released; the jobs are not committed yet
     pending: dict[Wakeups, set[str]] = session.info.get(_PENDING, {})
     woken = list(pending.items())
     pending.clear()
@@ -71,7 +74,9 @@ def _wake_pending(session: Session) -> None:
         wakeups.notify(queues)
 
 
-def _forget_pending(session: Session) -> None:
+def _forget_pending(session: Session, previous_transaction: SessionTransaction) -> None:
+    if previous_transaction.nested:
+        return  # a savepoint was rolled back; what the outer transaction added stays
     session.info.get(_PENDING, {}).clear()
 
 

@@ -137,6 +137,25 @@ def test_a_session_enqueue_wakes_on_commit_and_a_rolled_back_one_wakes_nobody(qu
     assert queue.counts_by_status()["QUEUED"] == 2
 
 
+def test_savepoints_in_the_callers_session_neither_wake_nor_forget(queue, engine):
+    woken = threading.Event()
+    watch = queue.watch_for_jobs(["default"], woken, listen=False)
+    try:
+        with Session(engine) as session:
+            queue.enqueue("echo", session=session)
+            with session.begin_nested():
+                queue.enqueue("echo", session=session)
+            assert not woken.is_set()  # a released savepoint commits nothing yet
+            savepoint = session.begin_nested()
+            queue.enqueue("echo", session=session)
+            savepoint.rollback()
+            session.commit()
+            assert woken.is_set()  # the outer transaction's jobs were not forgotten
+    finally:
+        watch.close()
+    assert queue.counts_by_status()["QUEUED"] == 2
+
+
 def test_a_manual_retry_wakes_the_watchers_of_the_jobs_queue(queue):
     job = queue.enqueue("echo", queue="mail")
     queue.cancel(job.id)
