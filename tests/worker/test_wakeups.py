@@ -26,7 +26,13 @@ from tests.support.worker_helpers import (
     wait_until,
 )
 
-SLOW_POLL = {"poll_interval": 30.0, "sweep_interval": None, "install_signal_handlers": False}
+SLOW_POLL = {
+    "poll_interval": 30.0,
+    "lease_seconds": 90,  # heartbeats every 30 s: on SQLite no commit of the worker's
+    "sweep_interval": None,  # own wakes it within a test's 10 s
+    "install_signal_handlers": False,
+}
+SLOW_PROCESS = ("--poll", "30", "--lease", "90", "--no-sweep")
 WAKE_LIMIT = 10.0
 """Well below the 30 s poll: reaching a job within it takes a wake-up."""
 SETTLE = 0.5
@@ -251,7 +257,7 @@ def test_a_killed_listener_connection_reconnects_and_hears_again(queue, db_url, 
 
 @pytest.mark.slow
 def test_an_idle_worker_process_starts_a_job_enqueued_by_another_process(live_queue, processes):
-    worker = processes.worker("worker-a", "--poll", "30", "--no-sweep")
+    worker = processes.worker("worker-a", *SLOW_PROCESS)
     first = live_queue.enqueue("echo")
     wait_until(status_is(live_queue, first.id, "SUCCEEDED"), "the first job", timeout=30)
     time.sleep(SETTLE)
@@ -264,7 +270,7 @@ def test_an_idle_worker_process_starts_a_job_enqueued_by_another_process(live_qu
 
 @pytest.mark.slow
 def test_an_idle_worker_process_starts_a_scheduled_job_when_it_falls_due(live_queue, processes):
-    processes.worker("worker-a", "--poll", "30", "--no-sweep")
+    processes.worker("worker-a", *SLOW_PROCESS)
     first = live_queue.enqueue("echo")
     wait_until(status_is(live_queue, first.id, "SUCCEEDED"), "the first job", timeout=30)
     time.sleep(SETTLE)
