@@ -28,7 +28,7 @@ class Administration(QueueCore):
         """
         validation.require_int("job_id", job_id)
         with self._write() as connection:
-            status, attempt_count, _, _ = self._locked_status(connection, job_id)
+            status, attempt_count, _ = self._locked_status(connection, job_id)
             if status in TERMINAL:
                 raise InvalidTransition(job_id, status.value, "cancel")
             connection.execute(self.sql.cancel, {"p_id": job_id, "p_status": status.value})
@@ -55,14 +55,14 @@ class Administration(QueueCore):
         """
         validation.require_int("job_id", job_id)
         with self._write() as connection:
-            status, _, _, queue = self._locked_status(connection, job_id)
+            status, _, _ = self._locked_status(connection, job_id)
             if status not in (JobStatus.FAILED, JobStatus.CANCELLED):
                 raise InvalidTransition(job_id, status.value, "retry")
             try:
                 with connection.begin_nested():
-                    connection.execute(
+                    queue = connection.execute(
                         self.sql.manual_retry, {"p_id": job_id, "p_status": status.value}
-                    )
+                    ).scalar_one()
             except IntegrityError:
                 raise InvalidTransition(
                     job_id, status.value, "retry (another unfinished job has its dedupe_key)"
@@ -75,12 +75,11 @@ class Administration(QueueCore):
 
     def _locked_status(
         self, connection: Connection, job_id: int
-    ) -> tuple[JobStatus, int, str | None, str]:
-        """The job's status, attempt count, holder and queue, its row locked."""
+    ) -> tuple[JobStatus, int, str | None]:
         row = connection.execute(self.sql.lock_job, {"p_id": job_id}).one_or_none()
         if row is None:
             raise JobNotFound(job_id)
-        return JobStatus(row.status), row.attempt_count, row.claimed_by, row.queue
+        return JobStatus(row.status), row.attempt_count, row.claimed_by
 
     def counts_by_status(self) -> dict[str, int]:
         """How many jobs are in each status (statuses with none are included as 0)."""

@@ -26,7 +26,7 @@ class AdminStatements(StatementGroup):
         seen = j.status == bindparam("p_status")
         # -- cancel / retry (by id, for people and apps) -----------------------------
         self.lock_job = (
-            select(j.status, j.attempt_count, j.claimed_by, j.queue)
+            select(j.status, j.attempt_count, j.claimed_by)
             .where(j.id == bindparam("p_id"))
             .with_for_update()
         )
@@ -45,6 +45,7 @@ class AdminStatements(StatementGroup):
                 finished_at=None,
                 **lease_cleared(),
             )
+            .returning(j.queue)  # whose workers to wake
         )
 
         # -- worker registry -------------------------------------------------------
