@@ -137,7 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=1, help="jobs at once (default 1)")
     p.add_argument("--lease", type=int, default=30, metavar="SECONDS", help="lease (default 30)")
     p.add_argument("--heartbeat", type=float, metavar="SECONDS", help="default: lease / 3")
-    p.add_argument("--poll", type=float, default=1.0, metavar="SECONDS", help="idle poll (1)")
+    p.add_argument(
+        "--poll", type=float, default=1.0, metavar="SECONDS",
+        help="longest idle wait; wake-ups end it sooner (1)",
+    )  # fmt: skip
     p.add_argument(
         "--grace", type=float, default=30.0, metavar="SECONDS",
         help="on SIGTERM, time running jobs get to finish before release (default 30)",

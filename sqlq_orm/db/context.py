@@ -23,6 +23,7 @@ from sqlq_orm.db.clock import Clock, DatabaseClock
 from sqlq_orm.db.engine import adopt_engine
 from sqlq_orm.db.statements import Statements
 from sqlq_orm.db.tables import Models, Tables
+from sqlq_orm.db.wakeups import Wakeups, wakeups_for
 from sqlq_orm.errors import InvalidInput
 
 
@@ -48,6 +49,10 @@ class QueueContext:
         self._write_engine = engine.execution_options(**self.dialect.write_options)
         self._snapshot_engine = engine.execution_options(**self.dialect.snapshot_options)
         self._same_database: weakref.WeakSet[Engine] = weakref.WeakSet()
+        # Shared by every queue in this process on the same job table, whatever engine.
+        self.wakeups: Wakeups = wakeups_for(
+            (database_identity(engine.url), self.tables.jobs.fullname)
+        )
 
     @contextmanager
     def write(self, session: Session | None = None) -> Iterator[Connection]:

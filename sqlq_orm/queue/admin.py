@@ -60,9 +60,9 @@ class Administration(QueueCore):
                 raise InvalidTransition(job_id, status.value, "retry")
             try:
                 with connection.begin_nested():
-                    connection.execute(
+                    queue = connection.execute(
                         self.sql.manual_retry, {"p_id": job_id, "p_status": status.value}
-                    )
+                    ).scalar_one()
             except IntegrityError:
                 raise InvalidTransition(
                     job_id, status.value, "retry (another unfinished job has its dedupe_key)"
@@ -70,6 +70,8 @@ class Administration(QueueCore):
             self._write_events(
                 connection, [self._event(job_id, Event.RETRIED, actor, {"was": status.value})]
             )
+            self._announce_jobs(connection, [queue])
+        self._wake_workers(None, [queue])
 
     def _locked_status(
         self, connection: Connection, job_id: int

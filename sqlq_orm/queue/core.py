@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
@@ -106,6 +106,24 @@ class QueueCore:
     def session(self) -> Session:
         """An ORM session for reads (``Job``, its ``attempts`` and ``events``)."""
         return self.context.session()
+
+    def _announce_jobs(self, connection: Connection, queues: Iterable[str]) -> None:
+        """Tell other processes' workers, when this transaction commits, that ``queues``
+        got jobs (PostgreSQL ``NOTIFY``; a rollback tells nobody)."""
+        if self.sql.notify_jobs is None:
+            return
+        for name in sorted(set(queues)):
+            connection.execute(
+                self.sql.notify_jobs, {"p_channel": self.sql.wake_channel, "p_queue": name}
+            )
+
+    def _wake_workers(self, session: Session | None, queues: Iterable[str]) -> None:
+        """Wake this process's idle workers on ``queues``: now (our own transaction has
+        committed) or when the caller's ``session`` commits."""
+        if session is None:
+            self.context.wakeups.notify(queues)
+        else:
+            self.context.wakeups.notify_after_commit(session, queues)
 
     def _write_events(self, connection: Connection, rows: list[dict[str, Any]]) -> None:
         if rows:

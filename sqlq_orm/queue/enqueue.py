@@ -110,6 +110,9 @@ class Enqueueing(QueueCore):
             job_id, created = self._insert_deduplicated(connection, params, app_columns)
             if created:
                 self._write_events(connection, [self._enqueued_event(job_id, params)])
+                self._announce_jobs(connection, [queue])
+        if created:
+            self._wake_workers(session, [queue])
         return EnqueuedJob(id=job_id, created=created)
 
     def _insert_deduplicated(
@@ -222,7 +225,13 @@ class Enqueueing(QueueCore):
                 ):
                     ids[index] = job_id
                     events[index] = self._enqueued_event(job_id, prepared[index][0])
-            self._write_events(connection, [e for e in events if e is not None])
+            written = [e for e in events if e is not None]
+            self._write_events(connection, written)
+            queues = {params["p_queue"] for params, _ in prepared}
+            if written:
+                self._announce_jobs(connection, queues)
+        if written:
+            self._wake_workers(session, queues)
         return [job_id for job_id in ids if job_id is not None]
 
     def _insert_bulk(

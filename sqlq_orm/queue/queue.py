@@ -17,9 +17,12 @@ from sqlq_orm.queue.enqueue import Enqueueing
 from sqlq_orm.queue.leases import LeaseCalls
 from sqlq_orm.queue.registry import WorkerRegistry
 from sqlq_orm.queue.sweeper import Sweeping
+from sqlq_orm.queue.wakeups import JobArrivals
 
 
-class Queue(Enqueueing, Claiming, LeaseCalls, Sweeping, Administration, WorkerRegistry):
+class Queue(
+    Enqueueing, Claiming, LeaseCalls, Sweeping, Administration, WorkerRegistry, JobArrivals
+):
     """A job queue stored in the tables of ``models`` on ``bind``'s database.
 
     ``bind`` is an :class:`~sqlalchemy.engine.Engine` (configure it with
@@ -29,8 +32,9 @@ class Queue(Enqueueing, Claiming, LeaseCalls, Sweeping, Administration, WorkerRe
 
     The operations come in groups, one module each: :mod:`~sqlq_orm.queue.enqueue`,
     :mod:`~sqlq_orm.queue.claiming`, :mod:`~sqlq_orm.queue.leases`,
-    :mod:`~sqlq_orm.queue.sweeper`, :mod:`~sqlq_orm.queue.admin` and
-    :mod:`~sqlq_orm.queue.registry`; stats and pruning come from :mod:`sqlq_orm.ops`.
+    :mod:`~sqlq_orm.queue.sweeper`, :mod:`~sqlq_orm.queue.admin`,
+    :mod:`~sqlq_orm.queue.registry` and :mod:`~sqlq_orm.queue.wakeups`; stats and
+    pruning come from :mod:`sqlq_orm.ops`.
     """
 
     def stats(

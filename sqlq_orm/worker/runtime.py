@@ -98,6 +98,7 @@ log = logging.getLogger("sqlq_orm.worker")
 DEFAULT_GRACE_PERIOD = 30.0
 
 _CLAIM_GATHER = 0.005  # how long a wide worker waits for more free slots before claiming
+_DUE_FLOOR = 0.1  # shortest idle wait when a queued job is already due but was not claimed
 
 
 def default_worker_id() -> str:
@@ -112,11 +113,14 @@ class Worker:
     type to function). ``lease_seconds`` is how long each claim lasts without a
     heartbeat; heartbeats go out every ``heartbeat_interval`` seconds (default a third
     of the lease). ``poll_interval`` is how long an idle worker waits before asking
-    again. ``sweep_interval`` (seconds, or a ``(low, high)`` range to draw from; None to
-    never sweep) schedules the in-worker sweeper. With ``burst=True`` the worker exits
-    once nothing is ready and nothing runs; it sweeps first thing and again on its
-    way out (unless ``sweep_interval`` is None). See the module docs for how jobs are
-    abandoned and how shutdown works.
+    again, at most: it wakes at once when jobs are enqueued (in this process, or in
+    another through the database: PostgreSQL ``NOTIFY``, SQLite ``PRAGMA
+    data_version``), and when a scheduled job falls due. ``sweep_interval`` (seconds,
+    or a ``(low, high)`` range to draw from; None to never sweep) schedules the
+    in-worker sweeper. With ``burst=True`` the worker exits once nothing is ready and
+    nothing runs; it sweeps first thing and again on its way out (unless
+    ``sweep_interval`` is None). See the module docs for how jobs are abandoned and how
+    shutdown works.
     """
 
     def __init__(
@@ -221,11 +225,16 @@ class Worker:
         )  # fmt: skip
         self._heartbeat.start()
         self._executor.successes = SuccessBatcher(self.queue)
+        # A burst worker leaves once idle: it needs no listener for other processes.
+        arrivals = self.queue.watch_for_jobs(
+            self.queues, self._stop.jobs_ready, listen=not self.burst
+        )
         restore = self._stop.signals.install() if self.install_signal_handlers else lambda: None
         try:
             self._claim_loop()
         finally:
             try:
+                arrivals.close()
                 self._shut_down()
             finally:
                 restore()
@@ -244,7 +253,9 @@ class Worker:
             first_delay = 0.0 if self.burst else self.sweep_schedule.next_delay()
             self._next_sweep = time.monotonic() + first_delay
         while not self._stop.poll_signals():
+            # Cleared before claiming: a job enqueued during the claim still wakes us.
             self._stop.wake.clear()
+            self._stop.jobs_ready.clear()
             self._maybe_sweep()
             free = self._runs.free_slots()
             if self._stop_if_stuck():
@@ -281,9 +292,21 @@ class Worker:
                 if self.burst and not leases and not self.running_jobs:
                     log.info("nothing left to do (burst mode)")
                     return
-                # Nothing more is ready: ask again after the poll interval, not on
-                # every freed slot.
-                self._stop.wait(self._stop.stopping, self.poll_interval)
+                # Nothing more is ready: ask again when jobs arrive, when the next
+                # queued one is due, or after the poll interval; not on every freed slot.
+                self._stop.wait(self._stop.jobs_ready, self._idle_wait())
+
+    def _idle_wait(self) -> float:
+        """How long an idle worker sleeps: until the next queued job is due (by the
+        queue's clock) if that is sooner than the poll interval."""
+        try:
+            due = self.queue.seconds_until_next_job(self.queues)
+        except SQLAlchemyError as exc:
+            log.debug("could not read when the next job is due (%s)", one_line(str(exc)))
+            return self.poll_interval
+        if due is None:
+            return self.poll_interval
+        return min(self.poll_interval, max(float(due), _DUE_FLOOR))
 
     def _stop_if_stuck(self) -> bool:
         """Stop for good once stuck threads spent the budget: only a restart helps then."""

@@ -46,8 +46,9 @@ class StopRequests:
 
     ``stopping``: stop claiming. ``immediate``: skip the grace period. ``shutdown``:
     seen by handlers as ``shutdown_requested``. ``wake``: a slot was freed or a stop
-    was asked for (the claim loop waits on it). One signal asks for a graceful stop,
-    a second one for an immediate stop.
+    was asked for (the claim loop waits on it). ``jobs_ready``: jobs may have arrived
+    (a wake-up) or a stop was asked for (an idle worker waits on it). One signal asks
+    for a graceful stop, a second one for an immediate stop.
     """
 
     def __init__(self, grace_period: float) -> None:
@@ -56,6 +57,7 @@ class StopRequests:
         self.immediate = threading.Event()
         self.shutdown = threading.Event()
         self.wake = threading.Event()
+        self.jobs_ready = threading.Event()
         self.signals = SignalCounter()
 
     def request(self, *, immediate: bool = False) -> None:
@@ -65,6 +67,7 @@ class StopRequests:
         self.stopping.set()
         self.shutdown.set()
         self.wake.set()
+        self.jobs_ready.set()
 
     def poll_signals(self) -> bool:
         """Turn received signals into stop requests; return whether to stop claiming."""

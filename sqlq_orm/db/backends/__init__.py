@@ -13,7 +13,7 @@ from __future__ import annotations
 from sqlalchemy.engine import Dialect, Engine
 
 from sqlq_orm.db.backends import postgresql, sqlite
-from sqlq_orm.db.backends.base import Backend, MaintenanceStatement
+from sqlq_orm.db.backends.base import Backend, MaintenanceStatement, WakeListener
 from sqlq_orm.errors import InvalidInput
 
 _REGISTRY: dict[str, Backend] = {
@@ -42,4 +42,11 @@ def backend_for(dialect: Dialect | Engine) -> Backend:
     return backend
 
 
-__all__ = ["Backend", "MaintenanceStatement", "backend_for", "find_backend", "supported"]
+__all__ = [
+    "Backend",
+    "MaintenanceStatement",
+    "WakeListener",
+    "backend_for",
+    "find_backend",
+    "supported",
+]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.sql import FromClause, Select
@@ -25,6 +25,19 @@ class MaintenanceStatement:
     task: str
     sql: str | None
     note: str
+
+
+class WakeListener(Protocol):
+    """A dedicated connection that hears other connections add jobs (see ``open_wake_listener``)."""
+
+    def wait(self, timeout: float) -> frozenset[str] | None:
+        """Wait up to ``timeout`` seconds for news; return the queues that got jobs
+        (empty: nothing happened), or None when any queue may have (a bare commit)."""
+        ...
+
+    def close(self) -> None:
+        """Close the connection (from the thread that waits on it)."""
+        ...
 
 
 @contextmanager
@@ -114,3 +127,11 @@ class Backend:
     """The columns an index sorts DESC as stored, where SQLAlchemy's reflection loses
     them (SQLite); None when reflection keeps them (Alembic then compares them itself)
     or there is no such index."""
+    notify_sql: str | None = None
+    """A statement (params ``p_channel``, ``p_queue``) run in an enqueue's transaction
+    that tells other connections, once it commits, that ``p_queue`` got jobs; None
+    where the database has no such messages (SQLite)."""
+    open_wake_listener: Callable[[Engine, str], WakeListener | None] | None = None
+    """Open a connection of its own on the engine's database that hears commits of
+    other connections (PostgreSQL: ``LISTEN`` on the channel; SQLite: watching
+    ``PRAGMA data_version``); None if this engine's driver cannot (polling only)."""

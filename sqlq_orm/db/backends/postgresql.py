@@ -6,6 +6,7 @@ with a transaction-scoped advisory lock.
 
 from __future__ import annotations
 
+import select as selectors
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,7 +17,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import FromClause, Select
 from sqlalchemy.sql.elements import ColumnElement, Grouping
 
-from sqlq_orm.db.backends.base import Backend, MaintenanceStatement
+from sqlq_orm.db.backends.base import Backend, MaintenanceStatement, WakeListener
 from sqlq_orm.db.clock import epoch_now
 
 MIGRATION_LOCK_KEY = 0x5351_4C51  # "SQLQ": one advisory lock id for schema changes
@@ -66,6 +67,49 @@ def _maintenance(engine: Engine, task: str, tables: Sequence[Any]) -> Maintenanc
     )
 
 
+class _Listener:
+    """A psycopg 3 connection of its own, in autocommit, listening on one channel."""
+
+    def __init__(self, engine: Engine, channel: str) -> None:
+        import psycopg
+        from psycopg import sql
+
+        cargs, cparams = engine.dialect.create_connect_args(engine.url)
+        # Not from the engine's pool: this connection is held for the worker's life.
+        self._connection = psycopg.connect(*cargs, **{**cparams, "autocommit": True})
+        self._queues: set[str] = set()
+        # psycopg 3.2 can wait for notifications with a timeout; 3.1 hears them while
+        # running a statement, so there we wait for the socket and then run one.
+        self._has_timeout = tuple(map(int, psycopg.__version__.split(".")[:2])) >= (3, 2)
+        if not self._has_timeout:
+            self._connection.add_notify_handler(lambda notify: self._queues.add(notify.payload))
+        self._connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+
+    def wait(self, timeout: float) -> frozenset[str]:
+        if self._has_timeout:
+            for notify in self._connection.notifies(timeout=timeout, stop_after=1):
+                self._queues.add(notify.payload)
+            if self._queues:  # take the ones that came with it too
+                for notify in self._connection.notifies(timeout=0):
+                    self._queues.add(notify.payload)
+        elif not self._queues:
+            readable, _, _ = selectors.select([self._connection.fileno()], [], [], timeout)
+            if readable:
+                self._connection.execute("SELECT 1")
+        heard = frozenset(self._queues)
+        self._queues.clear()
+        return heard
+
+    def close(self) -> None:
+        self._connection.close()
+
+
+def _open_wake_listener(engine: Engine, channel: str) -> WakeListener | None:
+    if engine.dialect.driver != "psycopg":
+        return None  # LISTEN needs psycopg 3's notifications; other drivers poll
+    return _Listener(engine, channel)
+
+
 BACKEND = Backend(
     name="postgresql",
     title="PostgreSQL",
@@ -83,4 +127,6 @@ BACKEND = Backend(
     # queries would see a job move between them and report a false violation.
     snapshot_options={"isolation_level": "REPEATABLE READ"},
     lock_for_migration=_lock_for_migration,
+    notify_sql="SELECT pg_notify(:p_channel, :p_queue)",
+    open_wake_listener=_open_wake_listener,
 )

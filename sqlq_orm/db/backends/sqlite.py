@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -21,7 +22,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import FromClause, Select
 from sqlalchemy.sql.elements import ColumnElement
 
-from sqlq_orm.db.backends.base import Backend, MaintenanceStatement
+from sqlq_orm.db.backends.base import Backend, MaintenanceStatement, WakeListener
 from sqlq_orm.db.clock import epoch_now
 from sqlq_orm.errors import InvalidInput, SqlqError
 
@@ -254,6 +255,49 @@ def _maintenance(engine: Engine, task: str, tables: Sequence[Any]) -> Maintenanc
     )
 
 
+_DATA_VERSION_POLL = 0.05  # seconds between two looks at PRAGMA data_version
+
+
+class _DataVersionWatch:
+    """A connection of its own that notices other connections' commits.
+
+    ``PRAGMA data_version`` changes on a connection whenever another connection has
+    committed a change to the database file; reading it takes no lock and costs
+    next to nothing. A transaction that changes nothing (an empty claim) leaves it
+    alone, so a worker's own idle claims do not wake it.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        cargs, cparams = engine.dialect.create_connect_args(engine.url)
+        self._connection = engine.dialect.connect(*cargs, **cparams)
+        self._connection.isolation_level = None  # no transaction: each read is fresh
+        self._version = self._read()
+
+    def _read(self) -> int:
+        return int(self._connection.execute("PRAGMA data_version").fetchone()[0])
+
+    def wait(self, timeout: float) -> frozenset[str] | None:
+        deadline = time.monotonic() + timeout
+        while True:
+            version = self._read()
+            if version != self._version:
+                self._version = version
+                return None  # a commit somewhere: which queue, SQLite cannot say
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return frozenset()
+            time.sleep(min(left, _DATA_VERSION_POLL))
+
+    def close(self) -> None:
+        self._connection.close()
+
+
+def _open_wake_listener(engine: Engine, channel: str) -> WakeListener | None:
+    if not is_file(engine.url):
+        return None  # an in-memory database is private to its connection
+    return _DataVersionWatch(engine)
+
+
 BACKEND = Backend(
     name="sqlite",
     title="SQLite",
@@ -277,4 +321,5 @@ BACKEND = Backend(
     needs_hooks=True,
     keep_index_order=_keep_index_order,
     descending_index_columns=_descending_index_columns,
+    open_wake_listener=_open_wake_listener,
 )

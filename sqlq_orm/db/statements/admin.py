@@ -45,6 +45,7 @@ class AdminStatements(StatementGroup):
                 finished_at=None,
                 **lease_cleared(),
             )
+            .returning(j.queue)  # whose workers to wake
         )
 
         # -- worker registry -------------------------------------------------------

@@ -40,6 +40,12 @@ class ClaimStatements(StatementGroup):
         self.claim_and_start = self._build_claim(start=True)
         # Claims that merge one pick per queue, built on first use per queue count.
         self._merged_claims: dict[tuple[int, bool], Any] = {}
+        # -- when the next queued job is due (an idle worker sleeps until then) ------
+        j = self.tables.jobs.c
+        self.seconds_until_next_job = select(func.min(j.run_at) - self.now).where(
+            j.queue.in_(bindparam("p_queues", expanding=True)),
+            j.status == JobStatus.QUEUED.value,
+        )
 
     def claim_for(self, queues: Sequence[str], *, start: bool) -> tuple[Any, dict[str, Any]]:
         """The claim statement for these (distinct) queues and the parameters naming them."""

@@ -9,10 +9,14 @@ from sqlalchemy import (
     func,
     insert,
     select,
+    text,
 )
 
 from sqlq_orm.db.statements.base import ACTIVE_VALUES, StatementGroup, status_in
 from sqlq_orm.schema.states import JobStatus
+
+CHANNEL_MAX = 63
+"""PostgreSQL truncates longer channel names (NAMEDATALEN - 1)."""
 
 
 class EnqueueStatements(StatementGroup):
@@ -62,3 +66,7 @@ class EnqueueStatements(StatementGroup):
             actor=bindparam("p_actor"),
             detail=bindparam("p_detail"),
         )
+        # -- wake-ups: tell other processes' workers that a queue got jobs -----------
+        # One channel per job table, so two apps' queues in one database stay apart.
+        self.wake_channel = f"sqlq_jobs:{jobs.fullname}"[:CHANNEL_MAX]
+        self.notify_jobs = None if dialect.notify_sql is None else text(dialect.notify_sql)
