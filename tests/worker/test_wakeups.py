@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 import sqlalchemy
@@ -20,7 +19,6 @@ from sqlalchemy.orm import Session
 import sqlq_orm
 from sqlq_orm import HandlerRegistry, Worker
 from tests.support.worker_helpers import (
-    Processes,
     running,
     status_is,
     wait_until,
@@ -37,21 +35,6 @@ WAKE_LIMIT = 10.0
 """Well below the 30 s poll: reaching a job within it takes a wake-up."""
 SETTLE = 0.5
 """Time for a worker that just finished a job to ask once more and find nothing."""
-
-
-@pytest.fixture
-def live_queue(engine) -> sqlq_orm.Queue:
-    """A queue on the database's own clock (scheduled jobs fall due in real time)."""
-    return sqlq_orm.Queue(engine)
-
-
-@pytest.fixture
-def processes(tmp_path, db_url) -> Iterator[Processes]:
-    started = Processes(tmp_path, db_url)
-    try:
-        yield started
-    finally:
-        started.kill_all()
 
 
 def echo_registry() -> HandlerRegistry:

@@ -9,7 +9,6 @@ the queue's clock decides, and every wait is a bounded poll.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import func, select
@@ -17,25 +16,10 @@ from sqlalchemy import func, select
 import sqlq_orm
 from sqlq_orm import HandlerRegistry, JobContext, Worker
 from sqlq_orm.schema.models import WorkerRecord
-from tests.support.worker_helpers import Processes, job_row, running, wait_until
+from tests.support.worker_helpers import job_row, running, wait_until
 
 FAST = {"poll_interval": 0.05, "sweep_interval": None, "install_signal_handlers": False}
 EXIT_HANDLERS_STUCK = 3
-
-
-@pytest.fixture
-def live_queue(engine) -> sqlq_orm.Queue:
-    """A queue on the database's own clock, like the worker processes use."""
-    return sqlq_orm.Queue(engine)
-
-
-@pytest.fixture
-def processes(tmp_path, db_url) -> Iterator[Processes]:
-    started = Processes(tmp_path, db_url)
-    try:
-        yield started
-    finally:
-        started.kill_all()
 
 
 def attempts_of(queue: sqlq_orm.Queue, job_id: int) -> list[tuple[str, str | None]]:

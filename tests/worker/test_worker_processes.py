@@ -10,7 +10,6 @@ teardown.
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
 
 import pytest
 import sqlalchemy
@@ -19,28 +18,13 @@ from sqlalchemy import func, select
 import sqlq_orm
 from sqlq_orm.cli.demo import WorkerPool
 from sqlq_orm.schema.models import Job, WorkerRecord
-from tests.support.worker_helpers import TEST_HANDLERS, Processes, job_row, status_is, wait_until
+from tests.support.worker_helpers import TEST_HANDLERS, job_row, status_is, wait_until
 
 pytestmark = pytest.mark.slow
 
 SHORT_LEASE = ("--lease", "2")
 RECOVERING = ("--lease", "2", "--sweep-interval", "0.5", "--retry-base", "1")
 """A worker whose own sweeper takes back expired leases within half a second."""
-
-
-@pytest.fixture
-def live_queue(engine) -> sqlq_orm.Queue:
-    """A queue on the database's own clock, like the worker processes use."""
-    return sqlq_orm.Queue(engine)
-
-
-@pytest.fixture
-def processes(tmp_path, db_url) -> Iterator[Processes]:
-    started = Processes(tmp_path, db_url)
-    try:
-        yield started
-    finally:
-        started.kill_all()
 
 
 def running_first_attempt(queue: sqlq_orm.Queue, job_id: int):
