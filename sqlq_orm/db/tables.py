@@ -7,32 +7,49 @@ from typing import Any
 
 from sqlalchemy import Table
 
-from sqlq_orm.schema.models import Job, JobAttempt, JobEvent, WorkerRecord
+from sqlq_orm.schema.models import Job, JobAttempt, JobEvent, ScheduleRecord, WorkerRecord
 
 
 @dataclass(frozen=True)
 class Tables:
-    """The four tables the queue works on (the library's, or a host app's)."""
+    """The tables the queue works on (the library's, or a host app's).
+
+    ``schedules`` is None when the models name no schedule model: recurring schedules
+    are then unavailable (a host app binds :class:`~sqlq_orm.schema.mixins.ScheduleMixin`
+    to use them).
+    """
 
     jobs: Table
     attempts: Table
     events: Table
     workers: Table
+    schedules: Table | None = None
 
 
 @dataclass(frozen=True)
 class Models:
-    """The mapped classes the queue works with; a host app passes its own."""
+    """The mapped classes the queue works with; a host app passes its own.
+
+    ``schedule`` (a class bound from :class:`~sqlq_orm.schema.mixins.ScheduleMixin`)
+    is optional: without it the queue runs no recurring schedules.
+    """
 
     job: Any
     attempt: Any
     event: Any
     worker: Any
+    schedule: Any = None
 
     @classmethod
     def default(cls) -> Models:
         """The library's own models (tables ``sqlq_*``)."""
-        return cls(job=Job, attempt=JobAttempt, event=JobEvent, worker=WorkerRecord)
+        return cls(
+            job=Job,
+            attempt=JobAttempt,
+            event=JobEvent,
+            worker=WorkerRecord,
+            schedule=ScheduleRecord,
+        )
 
     def tables(self) -> Tables:
         """The tables behind the models."""
@@ -45,4 +62,5 @@ class Models:
             attempts=table(self.attempt),
             events=table(self.event),
             workers=table(self.worker),
+            schedules=None if self.schedule is None else table(self.schedule),
         )

@@ -325,3 +325,42 @@ class WorkerMixin:
     @declared_attr.directive
     def __table_args__(cls) -> tuple[SchemaItem, ...]:
         return (PrimaryKeyConstraint("id", name=conv(f"pk_{cls.__tablename__}")),)
+
+
+SCHEDULE_NAME_MAX = 200
+CRON_MAX = 200
+TIMEZONE_MAX = 64
+
+
+class ScheduleMixin:
+    """One recurring schedule's progress (default table ``sqlq_schedules``).
+
+    Written by the schedulers: upserted from the code's declarations, and advanced by
+    a compare-and-set on ``next_slot_at`` in the same transaction as the slot's job,
+    so each slot is enqueued once however many schedulers run.
+    """
+
+    @declared_attr.directive
+    def __tablename__(cls) -> str:
+        return "sqlq_schedules"
+
+    name: Mapped[str] = mapped_column(String(SCHEDULE_NAME_MAX), primary_key=True)
+    type: Mapped[str] = mapped_column(String(TYPE_MAX))
+    queue: Mapped[str] = mapped_column(String(QUEUE_MAX))
+    cron: Mapped[str] = mapped_column(String(CRON_MAX))
+    timezone: Mapped[str] = mapped_column(String(TIMEZONE_MAX))
+    # The newest slot a job was enqueued for (NULL: none yet), and the first slot
+    # not yet handled: the schedule is due once the clock reaches it.
+    last_slot_at: Mapped[int | None] = mapped_column(BigInteger)
+    next_slot_at: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[int] = mapped_column(BigInteger)
+
+    @declared_attr.directive
+    def __table_args__(cls) -> tuple[SchemaItem, ...]:
+        t = cls.__tablename__
+        return (
+            PrimaryKeyConstraint("name", name=conv(f"pk_{t}")),
+            # the scheduler's tick: WHERE next_slot_at <= now
+            Index(conv(f"ix_{t}_next_slot"), "next_slot_at"),
+        )

@@ -9,7 +9,13 @@ from __future__ import annotations
 from sqlalchemy import MetaData
 from sqlalchemy.orm import DeclarativeBase
 
-from sqlq_orm.schema.mixins import JobAttemptMixin, JobEventMixin, JobMixin, WorkerMixin
+from sqlq_orm.schema.mixins import (
+    JobAttemptMixin,
+    JobEventMixin,
+    JobMixin,
+    ScheduleMixin,
+    WorkerMixin,
+)
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -41,6 +47,10 @@ class JobEvent(JobEventMixin, Base):
 
 class WorkerRecord(WorkerMixin, Base):
     """A registered worker process (table ``sqlq_workers``)."""
+
+
+class ScheduleRecord(ScheduleMixin, Base):
+    """A recurring schedule's progress (table ``sqlq_schedules``)."""
 
 
 metadata = Base.metadata

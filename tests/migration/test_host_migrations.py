@@ -22,7 +22,7 @@ from sqlalchemy import MetaData, func, select
 from sqlalchemy.orm import DeclarativeBase
 
 import sqlq_orm
-from sqlq_orm import JobAttemptMixin, JobEventMixin, JobMixin, WorkerMixin
+from sqlq_orm import JobAttemptMixin, JobEventMixin, JobMixin, ScheduleMixin, WorkerMixin
 from sqlq_orm.schema.models import Job, JobAttempt, JobEvent
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -273,7 +273,28 @@ def downgrade():
     op.drop_table("orders")
 """
 
+# sqlq_orm ships sqlq_0002: the host writes a new revision for it, as the README says.
+SECOND_HEAD_REVISION = """
+from alembic import op
+
+import sqlq_orm.migrations
+
+revision = "b2_second"
+down_revision = "b1_first"
+branch_labels = None
+depends_on = None
+
+
+def upgrade():
+    sqlq_orm.migrations.upgrade(op, from_="sqlq_0001", to="sqlq_0002")
+
+
+def downgrade():
+    sqlq_orm.migrations.downgrade(op, from_="sqlq_0002", to="sqlq_0001")
+"""
+
 SQLQ_TABLES = set(sqlq_orm.Base.metadata.tables)
+SQLQ_0001_TABLES = SQLQ_TABLES - {"sqlq_schedules"}  # sqlq_0002 adds the schedules
 
 
 def host_tables(url: str) -> set[str]:
@@ -306,11 +327,34 @@ def test_host_revision_applies_sqlq_steps_and_keeps_one_head(db_url, tmp_path):
     run_alembic(tmp_path, "upgrade", "head")
 
     assert host_heads(db_url) == {"b1_first"}
-    assert host_tables(db_url) == SQLQ_TABLES | {"orders", "alembic_version"}
+    assert host_tables(db_url) == SQLQ_0001_TABLES | {"orders", "alembic_version"}
     run_alembic(tmp_path, "downgrade", "base")
     assert host_tables(db_url) == {"alembic_version"}
     run_alembic(tmp_path, "upgrade", "head")
+
+
+def test_host_revision_takes_sqlq_from_0001_to_0002_with_jobs_in_place(db_url, tmp_path):
+    make_host_project(
+        tmp_path,
+        db_url,
+        env_body=SAFE_ENV,
+        revisions={"b1_first": ONE_HEAD_REVISION, "b2_second": SECOND_HEAD_REVISION},
+        sqlq_versions=False,
+    )
+    run_alembic(tmp_path, "upgrade", "b1_first")
+    seed_history(db_url)
+
+    run_alembic(tmp_path, "upgrade", "head")
+
+    assert host_heads(db_url) == {"b2_second"}
+    assert host_tables(db_url) == SQLQ_TABLES | {"orders", "alembic_version"}
     assert sqlq_orm.migrate.check(db_url) == []
+    assert row_counts(db_url) == (3, 2, 9)
+    engine = sqlq_orm.create_engine(db_url)
+    assert sqlq_orm.invariants.check(engine) == []
+    engine.dispose()
+    run_alembic(tmp_path, "downgrade", "b1_first")
+    assert host_tables(db_url) == SQLQ_0001_TABLES | {"orders", "alembic_version"}
 
 
 def test_sqlq_steps_outside_a_revision_say_where_they_belong():
@@ -327,7 +371,7 @@ def test_sqlq_steps_to_an_unknown_revision_name_the_known_ones():
         sqlq_orm.migrations.upgrade(op, to="sqlq_9999")
 
 
-# -------------------------------------- names: sqlq_0001 creates what a host base declares
+# ----------------------------- names: sqlq's revisions create what a host base declares
 
 
 class PlainHostBase(DeclarativeBase):
@@ -349,12 +393,13 @@ class ConventionHostBase(DeclarativeBase):
 
 
 def bind_mixins(base: type) -> MetaData:
-    """The four sqlq tables under their default names on ``base``; its metadata."""
+    """The sqlq tables under their default names on ``base``; its metadata."""
     mixins = {
         "Job": JobMixin,
         "JobAttempt": JobAttemptMixin,
         "JobEvent": JobEventMixin,
         "Worker": WorkerMixin,
+        "Schedule": ScheduleMixin,
     }
     for name, mixin in mixins.items():
         type(name, (mixin, base), {"__module__": __name__})
@@ -382,7 +427,7 @@ def constraint_names(table: sqlalchemy.Table) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("metadata", HOST_METADATA.values(), ids=HOST_METADATA.keys())
-def test_sqlq_0001_creates_every_name_a_host_base_declares(db_url, metadata):
+def test_sqlq_revisions_create_every_name_a_host_base_declares(db_url, metadata):
     sqlq_orm.migrate.upgrade(db_url)
     engine = sqlalchemy.create_engine(db_url)
 
@@ -511,7 +556,7 @@ BRANCH_MODELS = """
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from sqlq_orm import JobAttemptMixin, JobEventMixin, JobMixin, WorkerMixin
+from sqlq_orm import JobAttemptMixin, JobEventMixin, JobMixin, ScheduleMixin, WorkerMixin
 
 
 class Base(DeclarativeBase):
@@ -538,6 +583,10 @@ class JobEvent(JobEventMixin, Base):
 
 
 class Worker(WorkerMixin, Base):
+    pass
+
+
+class Schedule(ScheduleMixin, Base):
     pass
 """
 
@@ -568,10 +617,10 @@ def test_branch_way_autogenerates_a_host_revision_on_sqlq_tables(db_url, tmp_pat
 
     run_alembic(
         tmp_path, "revision", "--autogenerate", "--head", "a1_orders",
-        "--depends-on", "sqlq_0001", "--rev-id", "a2_auto", "-m", "order_id",
+        "--depends-on", "sqlq_0002", "--rev-id", "a2_auto", "-m", "order_id",
     )  # fmt: skip
 
     assert run_alembic(tmp_path, "upgrade", "head", check=False).returncode != 0  # two heads
     run_alembic(tmp_path, "upgrade", "heads")
-    assert host_heads(db_url) == {"a2_auto"}  # it depends on sqlq_0001
+    assert host_heads(db_url) == {"a2_auto"}  # it depends on sqlq_0002
     assert "No new upgrade operations" in run_alembic(tmp_path, "check").stdout

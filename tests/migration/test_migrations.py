@@ -86,9 +86,9 @@ def schema_snapshot(url: str) -> dict[str, Any]:
 def test_revisions_have_a_single_head_labelled_sqlq():
     scripts = ScriptDirectory.from_config(migrate.config())
 
-    assert scripts.get_heads() == ["sqlq_0001"]
-    assert scripts.get_revision("sqlq@head").revision == "sqlq_0001"
-    assert [s.revision for s in scripts.walk_revisions()][-1] == "sqlq_0001"
+    assert scripts.get_heads() == ["sqlq_0002"]
+    assert scripts.get_revision("sqlq@head").revision == "sqlq_0002"
+    assert [s.revision for s in scripts.walk_revisions()] == ["sqlq_0002", "sqlq_0001"]
 
 
 def test_upgrade_from_empty_creates_the_tables_and_records_the_revision(db_url):
@@ -96,7 +96,7 @@ def test_upgrade_from_empty_creates_the_tables_and_records_the_revision(db_url):
 
     migrate.upgrade(db_url)
 
-    assert migrate.current(db_url) == {"sqlq_0001"}
+    assert migrate.current(db_url) == {"sqlq_0002"}
     assert table_names(db_url) == SQLQ_TABLES | {VERSION_TABLE}
 
 
@@ -123,7 +123,7 @@ def test_downgrade_to_base_drops_everything_and_upgrade_restores_it(db_url):
     assert migrate.current(db_url) == set()
     assert table_names(db_url) == {VERSION_TABLE}
     migrate.upgrade(db_url)
-    assert migrate.current(db_url) == {"sqlq_0001"}
+    assert migrate.current(db_url) == {"sqlq_0002"}
     assert migrate.check(db_url) == []
 
 
@@ -137,7 +137,35 @@ def test_running_the_upgrade_twice_keeps_the_data(db_url, clock):
     with engine.connect() as connection:
         assert connection.scalar(select(Job.type).where(Job.id == job.id)) == "send_email"
     engine.dispose()
-    assert migrate.current(db_url) == {"sqlq_0001"}
+    assert migrate.current(db_url) == {"sqlq_0002"}
+
+
+def test_upgrade_from_0001_with_jobs_in_place_adds_schedules_and_keeps_the_jobs(db_url, clock):
+    migrate.upgrade(db_url, "sqlq_0001")
+    engine = sqlq_orm.create_engine(db_url)
+    queue = sqlq_orm.Queue(engine, clock=clock)
+    done = queue.enqueue("send_email", {"to": "b@example.com"})
+    [lease] = queue.claim("worker-1", limit=1)
+    queue.succeed(queue.start(lease))
+    held = queue.enqueue("resize", {"image": 7})
+    [held_lease] = queue.claim("worker-1", limit=1)
+    waiting = queue.enqueue("send_email", {"to": "a@example.com"})
+
+    migrate.upgrade(db_url)
+
+    assert migrate.current(db_url) == {"sqlq_0002"}
+    assert migrate.check(db_url) == []
+    assert {job_id: queue.get_job(job_id).status for job_id in (waiting.id, done.id, held.id)} == {
+        waiting.id: "QUEUED", done.id: "SUCCEEDED", held.id: "CLAIMED",
+    }  # fmt: skip
+    queue.succeed(queue.start(held_lease))  # a lease taken before the upgrade still holds
+    schedule = sqlq_orm.Schedule.declare("* * * * *", "tick")
+    scheduler = sqlq_orm.Scheduler(queue, [schedule])
+    scheduler.register()
+    clock.advance(60)
+    assert len(scheduler.tick().job_ids) == 1
+    assert sqlq_orm.invariants.check(queue) == []
+    engine.dispose()
 
 
 def test_upgrade_accepts_a_host_apps_engine(db_url):
@@ -145,7 +173,7 @@ def test_upgrade_accepts_a_host_apps_engine(db_url):
 
     migrate.upgrade(engine)
 
-    assert migrate.current(engine) == {"sqlq_0001"}
+    assert migrate.current(engine) == {"sqlq_0002"}
     engine.dispose()
 
 
@@ -156,7 +184,7 @@ def test_upgrade_adopts_tables_created_from_the_models(db_url, clock):
 
     migrate.upgrade(engine)
 
-    assert migrate.current(engine) == {"sqlq_0001"}
+    assert migrate.current(engine) == {"sqlq_0002"}
     assert sqlq_orm.Queue(engine).get_job(job.id).type == "send_email"
     engine.dispose()
 
@@ -223,13 +251,13 @@ def test_alembic_upgrade_and_check_from_the_repo_root(db_url):
     output = run_alembic("check", cwd=REPO_ROOT, env=env)
 
     assert "No new upgrade operations detected" in output
-    assert migrate.current(db_url) == {"sqlq_0001"}
+    assert migrate.current(db_url) == {"sqlq_0002"}
 
 
 def test_alembic_without_a_url_migrates_sqlq_db_in_the_working_directory(tmp_path):
     run_alembic("-c", str(REPO_ROOT / "alembic.ini"), "upgrade", "head", cwd=tmp_path)
 
-    assert migrate.current(f"sqlite:///{tmp_path / 'sqlq.db'}") == {"sqlq_0001"}
+    assert migrate.current(f"sqlite:///{tmp_path / 'sqlq.db'}") == {"sqlq_0002"}
 
 
 HOST_ENV_PY = """
@@ -309,7 +337,7 @@ def test_host_app_runs_sqlq_revisions_from_its_own_alembic(db_url, tmp_path):
     with engine.connect() as connection:
         heads = set(connection.scalars(sqlalchemy.text("SELECT version_num FROM alembic_version")))
     engine.dispose()
-    assert heads == {"3f1c2a9b7d10", "sqlq_0001"}
+    assert heads == {"3f1c2a9b7d10", "sqlq_0002"}
     assert table_names(db_url) == SQLQ_TABLES | {"widgets", "alembic_version"}
     assert "No new upgrade operations detected" in run_alembic("check", cwd=tmp_path)
 
@@ -321,7 +349,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0002"
-down_revision = "sqlq_0001"
+down_revision = "sqlq_0002"
 branch_labels = None
 depends_on = None
 
@@ -394,5 +422,5 @@ def test_sqlite_migration_that_orphans_rows_is_rolled_back(sqlite_url, tmp_path)
             sqlite_url, tmp_path / "more_versions", extra='op.execute("DELETE FROM sqlq_jobs")'
         )
 
-    assert migrate.current(sqlite_url) == {"sqlq_0001"}
+    assert migrate.current(sqlite_url) == {"sqlq_0002"}
     assert count(sqlite_url, Job) == 1
