@@ -8,6 +8,7 @@ and a queryable history of every attempt and event. SQLite by default; PostgreSQ
 from sqlq_orm import migrate  # modules: sqlq_orm.migrate.upgrade(url)
 from sqlq_orm.core.backoff import RetryPolicy
 from sqlq_orm.core.lease import Lease
+from sqlq_orm.core.schedule import Missed, Schedule
 from sqlq_orm.db.clock import Clock, DatabaseClock, PinnedClock
 from sqlq_orm.db.engine import configure_engine, create_engine
 from sqlq_orm.db.tables import Models
@@ -28,9 +29,16 @@ from sqlq_orm.ops.retention import PruneResult, RetentionPolicy
 from sqlq_orm.ops.stats import QueueStats
 from sqlq_orm.ops.timeline import JobTimeline, job_timeline
 from sqlq_orm.queue.queue import Queue
-from sqlq_orm.queue.types import EnqueuedJob, JobSpec, SweepResult
-from sqlq_orm.schema.mixins import JobAttemptMixin, JobEventMixin, JobMixin, WorkerMixin
-from sqlq_orm.schema.models import Base, Job, JobAttempt, JobEvent, WorkerRecord
+from sqlq_orm.queue.types import EnqueuedJob, JobSpec, ScheduleState, SweepResult, TickResult
+from sqlq_orm.scheduler import Scheduler
+from sqlq_orm.schema.mixins import (
+    JobAttemptMixin,
+    JobEventMixin,
+    JobMixin,
+    ScheduleMixin,
+    WorkerMixin,
+)
+from sqlq_orm.schema.models import Base, Job, JobAttempt, JobEvent, ScheduleRecord, WorkerRecord
 from sqlq_orm.schema.states import AttemptStatus, Event, JobStatus
 from sqlq_orm.worker.handlers import HandlerRegistry, JobContext
 from sqlq_orm.worker.runtime import Worker, WorkerStats
@@ -62,6 +70,7 @@ __all__ = [
     "Lease",
     "LeaseLost",
     "MaxRuntimeExceeded",
+    "Missed",
     "Models",
     "PinnedClock",
     "PruneResult",
@@ -69,9 +78,15 @@ __all__ = [
     "QueueStats",
     "RetentionPolicy",
     "RetryPolicy",
+    "Schedule",
+    "ScheduleMixin",
+    "ScheduleRecord",
+    "ScheduleState",
+    "Scheduler",
     "SqlqError",
     "SqlqWarning",
     "SweepResult",
+    "TickResult",
     "Worker",
     "WorkerMixin",
     "WorkerRecord",

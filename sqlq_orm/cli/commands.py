@@ -289,6 +289,39 @@ def check(db: str | None, output: str = "text", models: str | None = None) -> in
     return 1 if violations else 0
 
 
+def schedules(
+    db: str | None,
+    handlers: str | None = None,
+    remove: str | None = None,
+    output: str = "text",
+    models: str | None = None,
+) -> int:
+    """List recurring schedules with their last and next run (or --remove one)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from sqlq_orm.cli import schedules as listing
+    from sqlq_orm.worker.handlers import load_registry
+
+    declared = None if handlers is None else load_registry(handlers).schedules
+    queue = open_queue(db, models=models, refuse_newer_schema=remove is not None)
+    try:
+        if remove is not None:
+            if not queue.remove_schedule(remove):
+                raise CommandError(f"no schedule named {remove!r} in the schedules table")
+            print(f"removed schedule {remove!r}")
+            return 0
+        rows = queue.list_schedules()
+        now = queue.context.read_now()
+    except SQLAlchemyError as exc:
+        raise CommandError(
+            "cannot read the schedules table; is the schema at sqlq_0002 or later? run "
+            f"`sqlq migrate` ({type(exc).__name__})"
+        ) from None
+    lines = listing.schedule_lines(rows, declared, now)
+    print(listing.render_json(lines) if output == "json" else listing.render_text(lines, now))
+    return 0
+
+
 def prune(
     db: str | None,
     dry_run: bool = False,

@@ -21,6 +21,7 @@ from sqlq_orm.cli.commands import (
     migrate,
     prune,
     retry,
+    schedules,
     show,
     stats,
     sweep,
@@ -196,6 +197,14 @@ def build_parser() -> argparse.ArgumentParser:
             add_output(p)
 
     p = add("check", check)
+    add_output(p)
+
+    p = add("schedules", schedules)
+    p.add_argument(
+        "--handlers", metavar="MODULE:REGISTRY",
+        help="also show what this HandlerRegistry declares (registry.periodic)",
+    )  # fmt: skip
+    p.add_argument("--remove", metavar="NAME", help="delete a schedule no code declares any more")
     add_output(p)
 
     p = add("prune", prune)

@@ -12,6 +12,7 @@ ignore them, and a checker that trusts the thing it checks proves nothing.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -59,6 +60,11 @@ INVARIANTS: dict[str, str] = {
     ),
     "no_orphan_attempts": "every attempt belongs to an existing job",
     "no_orphan_events": "every event belongs to an existing job",
+    "one_job_per_schedule_slot": (
+        "no two jobs were enqueued for the same slot of the same recurring schedule "
+        "(read from the schedule and slot their ENQUEUED events record)"
+    ),
+    "schedule_slots_move_forward": ("a schedule's last enqueued slot is before its next slot"),
     "foreign_keys_hold": (
         "no row of any table references a missing row (SQLite lets one through when a "
         "connection wrote with foreign keys off, e.g. an engine without sqlq's settings)"
@@ -108,6 +114,7 @@ def check(target: QueueContext | HasContext | Engine) -> list[Violation]:
             for row in connection.execute(query):
                 violations.append(Violation(name, row[0], _describe(row)))
         violations.extend(_replay_events(connection, tables.jobs, tables.events))
+        violations.extend(_schedule_problems(connection, tables.events, tables.schedules))
         violations.extend(_foreign_key_problems(context, connection))
     violations.sort(key=lambda v: (v.job_id is None, v.job_id or 0, v.invariant))
     return violations
@@ -335,6 +342,63 @@ def _replay_events(connection: Connection, jobs: Table, events: Table) -> list[V
             if problem is not None:
                 violations.append(Violation("events_follow_state_machine", row.id, problem))
         after = highest
+
+
+def _schedule_problems(
+    connection: Connection, events: Table, schedules: Table | None
+) -> list[Violation]:
+    """Slots that got more than one job, and schedules whose progress runs backward."""
+    e = events.c
+    # The LIKE only narrows the scan; each detail is parsed before it counts.
+    rows = connection.execute(
+        select(e.job_id, e.detail)
+        .where(e.event == Event.ENQUEUED.value, e.detail.like('%"schedule":%'))
+        .order_by(e.job_id)
+    )
+    jobs_per_slot: dict[tuple[str, int], list[int]] = {}
+    for job_id, detail in rows:
+        slot = scheduled_slot(detail)
+        if slot is not None:
+            jobs_per_slot.setdefault(slot, []).append(job_id)
+    violations = [
+        Violation(
+            "one_job_per_schedule_slot",
+            job_id,
+            f"schedule {name!r} slot {slot} has {len(job_ids)} jobs: {job_ids}",
+        )
+        for (name, slot), job_ids in sorted(jobs_per_slot.items())
+        if len(job_ids) > 1
+        for job_id in job_ids[1:]
+    ]
+    if schedules is not None:
+        s = schedules.c
+        backward = select(s.name, s.last_slot_at, s.next_slot_at).where(
+            s.last_slot_at >= s.next_slot_at
+        )
+        violations.extend(
+            Violation(
+                "schedule_slots_move_forward",
+                None,
+                f"schedule {row.name!r}: last_slot_at={row.last_slot_at} is not before "
+                f"next_slot_at={row.next_slot_at}",
+            )
+            for row in connection.execute(backward)
+        )
+    return violations
+
+
+def scheduled_slot(detail: str | None) -> tuple[str, int] | None:
+    """``(schedule name, slot)`` from an ENQUEUED event's detail, or None if unscheduled."""
+    try:
+        parsed = json.loads(detail or "")
+    except ValueError:
+        return None
+    if not isinstance(parsed, dict):
+        return None
+    name, slot = parsed.get("schedule"), parsed.get("slot")
+    if isinstance(name, str) and isinstance(slot, int) and not isinstance(slot, bool):
+        return name, slot
+    return None
 
 
 def replay_problem(timeline: Sequence[str], status: str) -> str | None:

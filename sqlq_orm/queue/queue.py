@@ -16,12 +16,20 @@ from sqlq_orm.queue.claiming import Claiming
 from sqlq_orm.queue.enqueue import Enqueueing
 from sqlq_orm.queue.leases import LeaseCalls
 from sqlq_orm.queue.registry import WorkerRegistry
+from sqlq_orm.queue.schedules import Schedules
 from sqlq_orm.queue.sweeper import Sweeping
 from sqlq_orm.queue.wakeups import JobArrivals
 
 
 class Queue(
-    Enqueueing, Claiming, LeaseCalls, Sweeping, Administration, WorkerRegistry, JobArrivals
+    Schedules,  # before Enqueueing, which it extends
+    Enqueueing,
+    Claiming,
+    LeaseCalls,
+    Sweeping,
+    Administration,
+    WorkerRegistry,
+    JobArrivals,
 ):
     """A job queue stored in the tables of ``models`` on ``bind``'s database.
 
@@ -33,7 +41,8 @@ class Queue(
     The operations come in groups, one module each: :mod:`~sqlq_orm.queue.enqueue`,
     :mod:`~sqlq_orm.queue.claiming`, :mod:`~sqlq_orm.queue.leases`,
     :mod:`~sqlq_orm.queue.sweeper`, :mod:`~sqlq_orm.queue.admin`,
-    :mod:`~sqlq_orm.queue.registry` and :mod:`~sqlq_orm.queue.wakeups`; stats and
+    :mod:`~sqlq_orm.queue.registry`, :mod:`~sqlq_orm.queue.wakeups` and
+    :mod:`~sqlq_orm.queue.schedules`; stats and
     pruning come from :mod:`sqlq_orm.ops`.
     """
 

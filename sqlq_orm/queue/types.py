@@ -66,3 +66,33 @@ class SweepResult:
             self.requeued + other.requeued,
             self.failed + other.failed,
         )
+
+
+@dataclass(frozen=True)
+class ScheduleState:
+    """One row of the schedules table, as :meth:`Queue.list_schedules` returns it."""
+
+    name: str
+    type: str
+    queue: str
+    cron: str
+    timezone: str
+    last_slot_at: int | None
+    """The newest slot a job was enqueued for (epoch seconds), None before the first."""
+    next_slot_at: int
+    """The next slot (epoch seconds): the schedule enqueues once the clock reaches it."""
+    updated_at: int
+
+
+@dataclass(frozen=True)
+class TickResult:
+    """What one scheduler tick (:meth:`Queue.enqueue_due_slots`) did."""
+
+    due: int = 0
+    """Schedules this process knows that were due by the queue's clock."""
+    claimed: int = 0
+    """Of those, how many this process advanced (another scheduler took the rest)."""
+    job_ids: tuple[int, ...] = ()
+    """The jobs enqueued, one per slot."""
+    skipped: int = 0
+    """Schedules that passed over older missed slots (their ``missed`` policy)."""

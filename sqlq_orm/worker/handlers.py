@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from sqlq_orm.core.schedule import Missed, Schedule
 from sqlq_orm.errors import InvalidInput
 
 Handler = Callable[["JobContext"], Any]
@@ -35,6 +36,7 @@ class HandlerRegistry:
 
     def __init__(self, handlers: Mapping[str, Handler] | None = None) -> None:
         self._handlers: dict[str, Handler] = {}
+        self._schedules: dict[str, Schedule] = {}
         for job_type, function in (handlers or {}).items():
             self.register(job_type, function)
 
@@ -59,6 +61,63 @@ class HandlerRegistry:
             return self.register(job_type, function)
 
         return decorate
+
+    def periodic(
+        self,
+        cron: str,
+        job_type: str,
+        *,
+        payload: Any = None,
+        name: str | None = None,
+        queue: str = "default",
+        timezone: str = "UTC",
+        priority: int = 0,
+        max_retries: int | None = None,
+        max_runtime_seconds: int | None = None,
+        missed: Missed | str = Missed.LATEST,
+        grace_seconds: int = 60,
+        catch_up_limit: int = 10,
+    ) -> Schedule:
+        """Enqueue ``job_type`` with ``payload`` at every slot of ``cron`` in ``timezone``.
+
+        ``cron`` has five fields (``"0 3 * * *"``: 03:00 every day), read in the IANA
+        ``timezone``; DST follows cron's rules (see :mod:`sqlq_orm.core.cron`). Workers
+        using this registry run the scheduler, and each slot is enqueued once however
+        many run. ``name`` (default: the job type) identifies the schedule; name each
+        schedule of one type. After a downtime ``missed`` decides what happens to the
+        slots that passed: ``"latest"`` (default) enqueues the most recent one once,
+        ``"skip"`` enqueues none later than ``grace_seconds``, ``"all"`` enqueues every
+        one up to ``catch_up_limit`` (the newest). Returns the
+        :class:`~sqlq_orm.core.schedule.Schedule`; bad input raises
+        :class:`~sqlq_orm.errors.InvalidInput`.
+        """
+        schedule = Schedule.declare(
+            cron,
+            job_type,
+            payload=payload,
+            name=name,
+            queue=queue,
+            timezone=timezone,
+            priority=priority,
+            max_retries=max_retries,
+            max_runtime_seconds=max_runtime_seconds,
+            missed=missed,
+            grace_seconds=grace_seconds,
+            catch_up_limit=catch_up_limit,
+        )
+        if schedule.name in self._schedules:
+            raise InvalidInput(
+                f"a schedule named {schedule.name!r} is already declared "
+                f"({self._schedules[schedule.name].cron.expression!r}); pass name= to tell "
+                "two schedules of one job type apart"
+            )
+        self._schedules[schedule.name] = schedule
+        return schedule
+
+    @property
+    def schedules(self) -> list[Schedule]:
+        """Every schedule declared with :meth:`periodic`, by name."""
+        return [self._schedules[name] for name in sorted(self._schedules)]
 
     def get(self, job_type: str) -> Handler | None:
         """The handler of ``job_type``, or None if there is none."""

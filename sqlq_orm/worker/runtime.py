@@ -73,6 +73,7 @@ from sqlq_orm.worker.outcomes import (
     outcome_of_exception,
 )
 from sqlq_orm.worker.runs import JobRun, RunTable
+from sqlq_orm.worker.scheduling import SchedulerThread
 from sqlq_orm.worker.stats import WorkerStats
 from sqlq_orm.worker.stopping import StopRequests
 from sqlq_orm.worker.sweeping import DEFAULT_SWEEP_INTERVAL, SweepSchedule, run_sweeper, sweep_once
@@ -119,8 +120,10 @@ class Worker:
     or a ``(low, high)`` range to draw from; None to never sweep) schedules the
     in-worker sweeper. With ``burst=True`` the worker exits once nothing is ready and
     nothing runs; it sweeps first thing and again on its way out (unless
-    ``sweep_interval`` is None). See the module docs for how jobs are abandoned and how
-    shutdown works.
+    ``sweep_interval`` is None). The registry's recurring schedules
+    (``registry.periodic``) are ticked in a thread unless ``run_schedules=False``
+    (:mod:`sqlq_orm.worker.scheduling`). See the module docs for how jobs are abandoned
+    and how shutdown works.
     """
 
     def __init__(
@@ -139,6 +142,7 @@ class Worker:
         max_abandoned: int | None = None,
         burst: bool = False,
         install_signal_handlers: bool = True,
+        run_schedules: bool = True,
     ) -> None:
         require_shared_database(queue.engine, "a Worker (one thread per job, plus heartbeats)")
         self.queue = queue
@@ -190,6 +194,10 @@ class Worker:
             worker_id=self.worker_id,
             retry_pause=min(1.0, self.heartbeat_interval),
         )
+        # The registry's recurring schedules (registry.periodic), unless run_schedules=False.
+        self._scheduling = SchedulerThread.for_worker(
+            queue, self.handlers if run_schedules else HandlerRegistry(), self.worker_id
+        )
         self._heartbeat = Heartbeat(
             queue,
             self._runs,
@@ -224,6 +232,7 @@ class Worker:
             self.heartbeat_interval, ",".join(self.handlers.types) or "(none)",
         )  # fmt: skip
         self._heartbeat.start()
+        self._scheduling.start()
         self._executor.successes = SuccessBatcher(self.queue)
         # A burst worker leaves once idle: it needs no listener for other processes.
         arrivals = self.queue.watch_for_jobs(
@@ -391,6 +400,7 @@ class Worker:
     def _shut_down(self) -> None:
         self._stop.stopping.set()
         self._stop.shutdown.set()
+        self._scheduling.stop()
         deadline = time.monotonic() + self.grace_period
         while not self._stop.immediate.is_set():
             self._stop.wake.clear()  # before looking, so a job ending meanwhile still wakes us

@@ -23,6 +23,7 @@ LAYERS: dict[str, int] = {
     "sqlq_orm.migrate": 4,
     "sqlq_orm.ops": 4,
     "sqlq_orm.queue": 5,
+    "sqlq_orm.scheduler": 6,
     "sqlq_orm.worker": 6,
     "sqlq_orm.cli": 7,
     "sqlq_orm.__main__": 8,

@@ -19,12 +19,18 @@ from sqlq_orm.db.statements.base import ACTIVE_VALUES, HELD_VALUES
 from sqlq_orm.db.statements.claim import ClaimStatements, row_number
 from sqlq_orm.db.statements.enqueue import EnqueueStatements
 from sqlq_orm.db.statements.leases import LeasesStatements
+from sqlq_orm.db.statements.schedules import ScheduleStatements
 from sqlq_orm.db.statements.sweep import SweepStatements
 from sqlq_orm.db.tables import Tables
 
 
 class Statements(
-    EnqueueStatements, ClaimStatements, LeasesStatements, SweepStatements, AdminStatements
+    EnqueueStatements,
+    ClaimStatements,
+    LeasesStatements,
+    SweepStatements,
+    AdminStatements,
+    ScheduleStatements,
 ):
     """Every statement the queue runs, prebuilt for one set of tables and one clock."""
 
@@ -35,6 +41,7 @@ class Statements(
         self._build_leases()
         self._build_sweep()
         self._build_admin()
+        self._build_schedules()
 
 
 __all__ = ["ACTIVE_VALUES", "HELD_VALUES", "Statements", "Tables", "row_number"]

@@ -1,0 +1,167 @@
+"""Recurring schedules: registering them and enqueueing each due slot exactly once.
+
+The slot claim is a compare-and-set on the schedule's ``next_slot_at`` in the same
+transaction as the slot's jobs: whichever scheduler's update takes enqueues, the
+others (rowcount 0) do nothing, so any number of processes, on any clocks, may tick.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from sqlq_orm.core.schedule import Schedule, plan_slots
+from sqlq_orm.errors import InvalidInput, SqlqError
+from sqlq_orm.queue.enqueue import Enqueueing
+from sqlq_orm.queue.types import ScheduleState, TickResult
+from sqlq_orm.schema.states import Event
+
+SCHEDULER_ACTOR = "scheduler"
+"""The actor of the ENQUEUED events a schedule writes."""
+
+
+class Schedules(Enqueueing):
+    """Registering recurring schedules, ticking them, listing them."""
+
+    def _require_schedules_table(self) -> None:
+        if self.tables.schedules is None:
+            raise SqlqError(
+                "this queue's models have no schedule model: bind "
+                "sqlq_orm.ScheduleMixin to your base and pass it as Models(schedule=...) "
+                "to run recurring schedules"
+            )
+
+    def register_schedules(self, schedules: Iterable[Schedule]) -> None:
+        """Upsert the schedules declared in code into the schedules table.
+
+        A schedule seen for the first time starts at its first slot after now. One
+        already registered keeps its progress (so slots missed while nothing ran are
+        still due) unless its cron expression or time zone changed, in which case it
+        starts from the new expression's first slot after now.
+        """
+        self._require_schedules_table()
+        listed = list(schedules)
+        names = [schedule.name for schedule in listed]
+        if len(set(names)) != len(names):
+            twice = sorted({name for name in names if names.count(name) > 1})
+            raise InvalidInput(f"schedule names must be unique, got {twice} more than once")
+        if not listed:
+            return
+        with self._write() as connection:
+            now = self.context.now(connection)
+            rows = [
+                {
+                    "p_name": schedule.name,
+                    "p_type": schedule.type,
+                    "p_queue": schedule.queue,
+                    "p_cron": schedule.cron.expression,
+                    "p_timezone": schedule.timezone,
+                    "p_next_slot_at": schedule.cron.next_after(now),
+                }
+                for schedule in sorted(listed, key=lambda s: s.name)
+            ]
+            connection.execute(self.sql.upsert_schedule, rows)
+
+    def enqueue_due_slots(self, schedules: Mapping[str, Schedule]) -> TickResult:
+        """One scheduler tick: enqueue the due slots of ``schedules`` (by name).
+
+        Reads the due rows without a write lock; only when one is due does it open a
+        write transaction, in which each due schedule is advanced by compare-and-set
+        and, if this process won, its slots' jobs are enqueued. Schedules in the table
+        that ``schedules`` does not name (declared by another deployment) are left to
+        whoever declares them.
+        """
+        self._require_schedules_table()
+        with self.read() as connection:
+            due = [
+                row
+                for row in connection.execute(self.sql.select_due_schedules)
+                if row.name in schedules
+            ]
+        if not due:
+            return TickResult()
+        claimed = skipped = 0
+        job_ids: list[int] = []
+        queues: set[str] = set()
+        with self._write() as connection:
+            now = self.context.now(connection)
+            # In name order, so two schedulers lock rows in one order (no deadlock).
+            for row in due:
+                schedule = schedules[row.name]
+                plan = plan_slots(
+                    schedule,
+                    next_slot_at=row.next_slot_at,
+                    last_slot_at=row.last_slot_at,
+                    now=now,
+                )
+                won = connection.execute(
+                    self.sql.advance_schedule,
+                    {
+                        "p_name": schedule.name,
+                        "p_seen_next_slot_at": row.next_slot_at,
+                        "p_first_slot": plan.enqueue[0] if plan.enqueue else plan.next_slot_at,
+                        "p_last_slot": plan.enqueue[-1] if plan.enqueue else None,
+                        "p_next_slot_at": plan.next_slot_at,
+                    },
+                ).rowcount
+                if won != 1:
+                    continue
+                claimed += 1
+                skipped += plan.skipped
+                for slot in plan.enqueue:
+                    job_ids.append(self._enqueue_slot(connection, schedule, slot))
+                    queues.add(schedule.queue)
+            if job_ids:
+                self._announce_jobs(connection, queues)
+        if job_ids:
+            self._wake_workers(None, queues)
+        return TickResult(due=len(due), claimed=claimed, job_ids=tuple(job_ids), skipped=skipped)
+
+    def _enqueue_slot(self, connection: Connection, schedule: Schedule, slot: int) -> int:
+        """Insert the job of one slot (due at the slot) and its ENQUEUED event."""
+        params = self._job_params(
+            schedule.type,
+            schedule.payload,
+            queue=schedule.queue,
+            priority=schedule.priority,
+            run_at=slot,
+            delay=None,
+            max_retries=schedule.max_retries,
+            max_runtime_seconds=schedule.max_runtime_seconds,
+            dedupe_key=None,
+            payload_ref=None,
+        )
+        job_id = int(connection.execute(self.sql.insert_job, params).scalar_one())
+        # The schedule and slot in the ENQUEUED event are what `sqlq check` reads to
+        # prove no slot got two jobs.
+        detail: dict[str, Any] = {
+            "queue": schedule.queue,
+            "type": schedule.type,
+            "schedule": schedule.name,
+            "slot": slot,
+        }
+        self._write_events(
+            connection, [self._event(job_id, Event.ENQUEUED, SCHEDULER_ACTOR, detail)]
+        )
+        return job_id
+
+    def list_schedules(self) -> list[ScheduleState]:
+        """Every registered schedule with its last and next slot, by name."""
+        self._require_schedules_table()
+        with self.read() as connection:
+            return [
+                ScheduleState(**row._mapping)
+                for row in connection.execute(self.sql.select_schedules)
+            ]
+
+    def remove_schedule(self, name: str) -> bool:
+        """Delete a schedule's row (one no longer declared anywhere); True if it was there.
+
+        Jobs it already enqueued stay. A process that still declares it registers it
+        again, starting from its next slot.
+        """
+        self._require_schedules_table()
+        with self._write() as connection:
+            return bool(connection.execute(self.sql.delete_schedule, {"p_name": name}).rowcount)
