@@ -375,6 +375,41 @@ def test_rows_written_with_foreign_keys_off_are_reported_per_table(engine, queue
     assert broken.detail.startswith("2 row(s) of sqlq_job_events reference missing rows")
 
 
+def scheduled_job(queue, clock) -> int:
+    schedule = sqlq_orm.Schedule.declare("* * * * *", "tick")
+    scheduler = sqlq_orm.Scheduler(queue, [schedule])
+    scheduler.register()
+    clock.advance(60)
+    (job_id,) = scheduler.tick().job_ids
+    return job_id
+
+
+def test_a_second_job_for_one_schedule_slot_is_reported(engine, queue, clock):
+    job_id = scheduled_job(queue, clock)
+    assert check(queue) == []
+    twin = queue.enqueue("tick").id
+    detail = queue.get_job(job_id).events[0].detail
+    corrupt(
+        engine,
+        "UPDATE sqlq_job_events SET detail = :detail WHERE job_id = :id",
+        detail=detail,
+        id=twin,
+    )
+
+    (violation,) = check(queue)
+    assert (violation.invariant, violation.job_id) == ("one_job_per_schedule_slot", twin)
+    assert f"has 2 jobs: [{job_id}, {twin}]" in violation.detail
+
+
+def test_a_schedule_whose_last_slot_is_not_before_its_next_is_reported(engine, queue, clock):
+    scheduled_job(queue, clock)
+    corrupt(engine, "UPDATE sqlq_schedules SET next_slot_at = last_slot_at")
+
+    (violation,) = check(queue)
+    assert (violation.invariant, violation.job_id) == ("schedule_slots_move_forward", None)
+    assert "schedule 'tick'" in violation.detail
+
+
 def test_every_invariant_has_a_test_that_breaks_it():
     tested = {
         "foreign_keys_hold",
@@ -390,6 +425,8 @@ def test_every_invariant_has_a_test_that_breaks_it():
         "events_follow_state_machine",
         "no_orphan_attempts",
         "no_orphan_events",
+        "one_job_per_schedule_slot",
+        "schedule_slots_move_forward",
     }
     assert tested == set(INVARIANTS)
 
