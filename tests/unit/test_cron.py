@@ -24,6 +24,7 @@ def utc(*args: int) -> int:
 
 # ------------------------------------------------------------------ slots
 
+
 def test_next_after_is_strictly_after():
     daily = CronSchedule("0 3 * * *", "UTC")
 
@@ -111,6 +112,7 @@ def test_an_unknown_time_zone_is_refused_naming_it(zone):
 
 
 # ------------------------------------------------------------------- declare
+
 
 def test_declare_defaults_the_name_to_the_job_type():
     schedule = Schedule.declare("0 3 * * *", "reports.nightly", timezone="Europe/Paris")
