@@ -48,8 +48,14 @@ class SchedulerThread:
         return cls(Scheduler(queue, handlers.schedules), name=name)
 
     def start(self) -> None:
-        """Start ticking (nothing to do, and no thread, when there are no schedules)."""
+        """Tick once here, then every ``interval`` in a thread (none without schedules).
+
+        The first tick runs in the caller's thread so that a worker has registered its
+        schedules and enqueued what is due before it first looks for jobs (a burst
+        worker would otherwise leave before its scheduler thread got going).
+        """
         if self.scheduler.schedules:
+            self.tick_once()
             self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -59,9 +65,8 @@ class SchedulerThread:
             self._thread.join(timeout)
 
     def _run(self) -> None:
-        while not self._stopping.is_set():
+        while not self._stopping.wait(self.interval):
             self.tick_once()
-            self._stopping.wait(self.interval)
 
     def tick_once(self) -> None:
         """One tick; database errors are logged (rate-limited) and retried next tick."""

@@ -5,6 +5,7 @@ Every error path must print exactly one line to stderr and exit non-zero.
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -259,3 +260,60 @@ def test_bad_or_unreachable_database_is_one_clear_line(url, message):
     result = sqlq("--db", url, "stats")
 
     assert message in one_error_line(result)
+
+
+# ------------------------------------------------------------------------- schedules
+
+SCHEDULED = "tests.support.handlers_for_tests:scheduled"
+
+
+def test_schedules_lists_what_the_code_declares_then_what_a_worker_registered(migrated_url):
+    assert "no schedules" in sqlq("--db", migrated_url, "schedules").stdout
+
+    declared = sqlq("--db", migrated_url, "schedules", "--handlers", SCHEDULED)
+    assert declared.returncode == 0, declared.stderr
+    assert "nightly_echo  0 3 * * *  Europe/Paris" in declared.stdout
+    assert "not registered yet" in declared.stdout
+    worker = sqlq("--db", migrated_url, "worker", "--burst", "--handlers", SCHEDULED)
+    assert worker.returncode == 0, worker.stderr
+
+    listed = sqlq("--db", migrated_url, "schedules")
+    as_json = sqlq("--db", migrated_url, "schedules", "--json")
+
+    assert listed.returncode == 0, listed.stderr
+    (header, line) = listed.stdout.strip().splitlines()
+    assert header.split() == [
+        "NAME",
+        "CRON",
+        "TIMEZONE",
+        "TYPE",
+        "QUEUE",
+        "LAST",
+        "RUN",
+        "NEXT",
+        "RUN",
+    ]
+    assert line.startswith("nightly_echo  0 3 * * *  Europe/Paris  echo  default  never")
+    assert line.endswith(" 03:00 CET") or line.endswith(" 03:00 CEST")
+    (row,) = json.loads(as_json.stdout)["schedules"]
+    assert (row["name"], row["last_run"]) == ("nightly_echo", None)
+    assert row["next_run"] == queue_on(migrated_url).list_schedules()[0].next_slot_at
+
+
+def test_schedules_remove_deletes_a_row_and_says_so_when_there_is_none(sqlite_url):
+    assert sqlq("--db", sqlite_url, "worker", "--burst", "--handlers", SCHEDULED).returncode == 0
+
+    removed = sqlq("--db", sqlite_url, "schedules", "--remove", "nightly_echo")
+    again = sqlq("--db", sqlite_url, "schedules", "--remove", "nightly_echo")
+
+    assert removed.stdout.strip() == "removed schedule 'nightly_echo'"
+    assert one_error_line(again) == (
+        "sqlq: error: no schedule named 'nightly_echo' in the schedules table"
+    )
+
+
+def test_schedules_on_a_database_still_at_0001_says_to_migrate(tmp_path):
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    sqlq_orm.migrate.upgrade(url, "sqlq_0001")
+
+    assert "sqlq migrate" in one_error_line(sqlq("--db", url, "schedules"))

@@ -66,3 +66,9 @@ def poison(ctx: JobContext) -> None:
 def declined(ctx: JobContext) -> None:
     """Fail with a classified, non-retryable error."""
     raise JobError("PAYMENT:CARD_DECLINED", "card ending 4242 was declined", retryable=False)
+
+
+scheduled = HandlerRegistry({"echo": echo})
+"""``--handlers tests.support.handlers_for_tests:scheduled``: echo, and a schedule of it
+(kept apart from ``registry`` so other tests' workers enqueue nothing on their own)."""
+scheduled.periodic("0 3 * * *", "echo", name="nightly_echo", timezone="Europe/Paris")

@@ -386,3 +386,33 @@ def test_loading_handlers_names_what_is_wrong(spec, message):
 def test_worker_options_are_checked_before_anything_runs(queue):
     with pytest.raises(sqlq_orm.InvalidInput, match="heartbeat_interval must be"):
         Worker(queue, HandlerRegistry(), lease_seconds=3, heartbeat_interval=3)
+
+
+# ------------------------------------------------------------ recurring schedules
+
+
+def test_worker_runs_the_registrys_schedules_and_their_jobs(queue, clock):
+    ran: list[int] = []
+    registry = HandlerRegistry()
+    registry.register("report", lambda ctx: ran.append(ctx.job_id))
+    registry.periodic("* * * * *", "report", payload={"kind": "minutely"})
+
+    with running(Worker(queue, registry, **FAST)):
+        wait_until(queue.list_schedules, "the worker to register its schedule")
+        clock.advance(60)
+        wait_until(lambda: ran, "the scheduled job to run")
+
+    (job_id,) = ran
+    assert events_of(queue, job_id) == ["ENQUEUED", "CLAIMED", "STARTED", "SUCCEEDED"]
+    assert queue.list_schedules()[0].last_slot_at == job_row(queue, job_id).run_at
+
+
+def test_worker_with_run_schedules_off_leaves_schedules_to_others(queue, clock):
+    registry = HandlerRegistry({"report": lambda ctx: None})
+    registry.periodic("* * * * *", "report")
+    job = queue.enqueue("report")
+
+    with running(Worker(queue, registry, run_schedules=False, **FAST)):
+        wait_until(status_is(queue, job.id, "SUCCEEDED"), "the enqueued job to run")
+
+    assert queue.list_schedules() == []
