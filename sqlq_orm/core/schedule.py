@@ -141,6 +141,16 @@ def plan_slots(
     lags behind may move it back).
     """
     floor = next_slot_at if last_slot_at is None else max(next_slot_at, last_slot_at + 1)
+    following = schedule.cron.next_after(next_slot_at)
+    if following > now:
+        # The common tick: exactly one slot (next_slot_at) has come; no backward search.
+        on_time = now - next_slot_at <= schedule.grace_seconds
+        enqueue_one = next_slot_at >= floor and (schedule.missed is not Missed.SKIP or on_time)
+        return SlotPlan(
+            enqueue=(next_slot_at,) if enqueue_one else (),
+            next_slot_at=following,
+            skipped=next_slot_at >= floor and not enqueue_one,
+        )
     wanted = schedule.catch_up_limit if schedule.missed is Missed.ALL else 1
     # One more than wanted, so we know whether an older due slot was left out.
     due = schedule.cron.latest(now, not_before=floor, count=wanted + 1)

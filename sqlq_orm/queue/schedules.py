@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from sqlq_orm.core import validation
 from sqlq_orm.core.schedule import Schedule, plan_slots
 from sqlq_orm.errors import InvalidInput, SqlqError
 from sqlq_orm.queue.enqueue import Enqueueing
@@ -49,6 +50,12 @@ class Schedules(Enqueueing):
             raise InvalidInput(f"schedule names must be unique, got {twice} more than once")
         if not listed:
             return
+        for schedule in listed:
+            # Here, not at the tick: one bad payload would fail every tick for everyone.
+            try:
+                validation.encode_payload(schedule.payload, self.payload_max_bytes)
+            except InvalidInput as exc:
+                raise InvalidInput(f"schedule {schedule.name!r}: {exc}") from None
         with self._write() as connection:
             now = self.context.now(connection)
             rows = [
@@ -83,8 +90,7 @@ class Schedules(Enqueueing):
         if not due:
             return TickResult()
         claimed = skipped = 0
-        job_ids: list[int] = []
-        queues: set[str] = set()
+        slots: list[tuple[Schedule, int]] = []
         with self._write() as connection:
             now = self.context.now(connection)
             # In name order, so two schedulers lock rows in one order (no deadlock).
@@ -110,42 +116,54 @@ class Schedules(Enqueueing):
                     continue
                 claimed += 1
                 skipped += plan.skipped
-                for slot in plan.enqueue:
-                    job_ids.append(self._enqueue_slot(connection, schedule, slot))
-                    queues.add(schedule.queue)
+                slots.extend((schedule, slot) for slot in plan.enqueue)
+            job_ids = self._enqueue_slots(connection, slots)
+            queues = {schedule.queue for schedule, _ in slots}
             if job_ids:
                 self._announce_jobs(connection, queues)
         if job_ids:
             self._wake_workers(None, queues)
         return TickResult(due=len(due), claimed=claimed, job_ids=tuple(job_ids), skipped=skipped)
 
-    def _enqueue_slot(self, connection: Connection, schedule: Schedule, slot: int) -> int:
-        """Insert the job of one slot (due at the slot) and its ENQUEUED event."""
-        params = self._job_params(
-            schedule.type,
-            schedule.payload,
-            queue=schedule.queue,
-            priority=schedule.priority,
-            run_at=slot,
-            delay=None,
-            max_retries=schedule.max_retries,
-            max_runtime_seconds=schedule.max_runtime_seconds,
-            dedupe_key=None,
-            payload_ref=None,
-        )
-        job_id = int(connection.execute(self.sql.insert_job, params).scalar_one())
+    def _enqueue_slots(
+        self, connection: Connection, slots: list[tuple[Schedule, int]]
+    ) -> list[int]:
+        """Insert one job per slot (due at its slot) and their ENQUEUED events, in bulk."""
+        if not slots:
+            return []
+        prepared: list[tuple[dict[str, Any], dict[str, Any]]] = [
+            (
+                self._job_params(
+                    schedule.type,
+                    schedule.payload,
+                    queue=schedule.queue,
+                    priority=schedule.priority,
+                    run_at=slot,
+                    delay=None,
+                    max_retries=schedule.max_retries,
+                    max_runtime_seconds=schedule.max_runtime_seconds,
+                    dedupe_key=None,
+                    payload_ref=None,
+                ),
+                {},
+            )
+            for schedule, slot in slots
+        ]
+        job_ids = self._insert_bulk(connection, (), prepared, list(range(len(prepared))))
         # The schedule and slot in the ENQUEUED event are what `sqlq check` reads to
         # prove no slot got two jobs.
-        detail: dict[str, Any] = {
-            "queue": schedule.queue,
-            "type": schedule.type,
-            "schedule": schedule.name,
-            "slot": slot,
-        }
-        self._write_events(
-            connection, [self._event(job_id, Event.ENQUEUED, SCHEDULER_ACTOR, detail)]
-        )
-        return job_id
+        events = [
+            self._event(
+                job_id,
+                Event.ENQUEUED,
+                SCHEDULER_ACTOR,
+                {"queue": schedule.queue, "type": schedule.type, "schedule": schedule.name,
+                 "slot": slot},
+            )
+            for job_id, (schedule, slot) in zip(job_ids, slots, strict=True)
+        ]  # fmt: skip
+        self._write_events(connection, events)
+        return job_ids
 
     def list_schedules(self) -> list[ScheduleState]:
         """Every registered schedule with its last and next slot, by name."""

@@ -208,3 +208,13 @@ def test_a_scheduler_that_read_a_due_slot_another_then_enqueued_enqueues_nothing
     assert len(won_by_b.job_ids) == 1
     assert (lost_by_a.due, lost_by_a.claimed, lost_by_a.job_ids) == (1, 0, ())
     assert slots_enqueued(Queue(engine)) == [("report", NEXT_HOUR)]
+
+
+def test_a_payload_over_the_queues_cap_is_refused_at_registration(engine, clock):
+    small = Queue(engine, clock=clock, payload_max_bytes=20)
+    big = Schedule.declare("0 * * * *", "report", payload={"text": "x" * 50})
+
+    with pytest.raises(sqlq_orm.InvalidInput, match="schedule 'report': payload"):
+        Scheduler(small, [big]).register()
+
+    assert small.list_schedules() == []
