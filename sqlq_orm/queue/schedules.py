@@ -177,8 +177,8 @@ class Schedules(Enqueueing):
     def remove_schedule(self, name: str) -> bool:
         """Delete a schedule's row (one no longer declared anywhere); True if it was there.
 
-        Jobs it already enqueued stay. A process that still declares it registers it
-        again, starting from its next slot.
+        Jobs it already enqueued stay. A scheduler that still declares it registers it
+        again at its next registration (every few minutes), from its next slot.
         """
         self._require_schedules_table()
         with self._write() as connection:

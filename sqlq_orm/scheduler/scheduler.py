@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 
 from sqlq_orm.core.schedule import Schedule
 from sqlq_orm.errors import InvalidInput
 from sqlq_orm.queue.queue import Queue
 from sqlq_orm.queue.types import TickResult
+
+DEFAULT_REGISTER_INTERVAL = 300.0
+"""Seconds between re-registrations of a running scheduler's schedules (an upsert each)."""
 
 
 class Scheduler:
@@ -16,10 +20,18 @@ class Scheduler:
     ``tick()`` is safe to call from any number of processes and machines at once,
     whatever their clocks say: time is the queue's clock, and each slot is claimed by
     a compare-and-set in the same transaction as its job. A tick with nothing due is
-    one indexed read (no write lock).
+    one indexed read (no write lock). The schedules are registered (upserted) on the
+    first tick and again every ``register_interval`` seconds, so a row removed or a
+    table re-created while the process runs comes back.
     """
 
-    def __init__(self, queue: Queue, schedules: Iterable[Schedule]) -> None:
+    def __init__(
+        self,
+        queue: Queue,
+        schedules: Iterable[Schedule],
+        *,
+        register_interval: float = DEFAULT_REGISTER_INTERVAL,
+    ) -> None:
         self.queue = queue
         self.schedules: dict[str, Schedule] = {}
         for schedule in schedules:
@@ -28,17 +40,18 @@ class Scheduler:
             if schedule.name in self.schedules:
                 raise InvalidInput(f"two schedules are named {schedule.name!r}; names are unique")
             self.schedules[schedule.name] = schedule
-        self._registered = False
+        self.register_interval = register_interval
+        self._register_due = float("-inf")  # monotonic time of the next registration
 
     def register(self) -> None:
-        """Upsert the schedules into the schedules table (``tick`` does it once itself)."""
+        """Upsert the schedules into the schedules table (``tick`` does it itself)."""
         self.queue.register_schedules(self.schedules.values())
-        self._registered = True
+        self._register_due = time.monotonic() + self.register_interval
 
     def tick(self) -> TickResult:
         """Enqueue every slot that is due now; return what was done."""
         if not self.schedules:
             return TickResult()
-        if not self._registered:
+        if time.monotonic() >= self._register_due:
             self.register()
         return self.queue.enqueue_due_slots(self.schedules)

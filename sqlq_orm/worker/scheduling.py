@@ -76,11 +76,14 @@ class SchedulerThread:
             now = time.monotonic()
             if now - self._last_error_log >= _ERROR_LOG_INTERVAL:
                 self._last_error_log = now
+                hint = ""
+                if isinstance(exc, SQLAlchemyError):
+                    hint = " (is the schema at sqlq_0002 or later? run `sqlq migrate`)"
                 log.error(
-                    "scheduler tick failed (%s); retrying every %.1fs (is the schema at "
-                    "sqlq_0002 or later? run `sqlq migrate`)",
+                    "scheduler tick failed: %s; retrying every %.1fs%s",
                     one_line(str(exc)),
                     self.interval,
+                    hint,
                 )
             return
         if result.job_ids:

@@ -218,3 +218,16 @@ def test_a_payload_over_the_queues_cap_is_refused_at_registration(engine, clock)
         Scheduler(small, [big]).register()
 
     assert small.list_schedules() == []
+
+
+def test_a_removed_schedule_comes_back_at_the_next_registration(queue, clock):
+    scheduler = Scheduler(queue, [hourly()], register_interval=0)
+    scheduler.tick()
+    queue.remove_schedule("report")
+
+    assert scheduler.tick().job_ids == ()
+    assert [s.name for s in queue.list_schedules()] == ["report"]  # registered again
+    clock.set(NEXT_HOUR)
+    (job_id,) = scheduler.tick().job_ids
+
+    assert queue.get_job(job_id).run_at == NEXT_HOUR
