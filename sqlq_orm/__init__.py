@@ -28,7 +28,7 @@ from sqlq_orm.ops.retention import PruneResult, RetentionPolicy
 from sqlq_orm.ops.stats import QueueStats
 from sqlq_orm.ops.timeline import JobTimeline, job_timeline
 from sqlq_orm.queue.queue import Queue
-from sqlq_orm.queue.types import EnqueuedJob, JobSpec, SweepResult
+from sqlq_orm.queue.types import EnqueuedJob, JobFailure, JobSpec, SweepResult
 from sqlq_orm.schema.mixins import JobAttemptMixin, JobEventMixin, JobMixin, WorkerMixin
 from sqlq_orm.schema.models import Base, Job, JobAttempt, JobEvent, WorkerRecord
 from sqlq_orm.schema.states import AttemptStatus, Event, JobStatus
@@ -54,6 +54,7 @@ __all__ = [
     "JobError",
     "JobEvent",
     "JobEventMixin",
+    "JobFailure",
     "JobMixin",
     "JobNotFound",
     "JobSpec",

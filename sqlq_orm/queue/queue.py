@@ -14,6 +14,7 @@ from sqlq_orm.ops.stats import QueueStats, collect_stats
 from sqlq_orm.queue.admin import Administration
 from sqlq_orm.queue.claiming import Claiming
 from sqlq_orm.queue.enqueue import Enqueueing
+from sqlq_orm.queue.lease_batches import BatchedLeaseCalls
 from sqlq_orm.queue.leases import LeaseCalls
 from sqlq_orm.queue.registry import WorkerRegistry
 from sqlq_orm.queue.sweeper import Sweeping
@@ -21,7 +22,14 @@ from sqlq_orm.queue.wakeups import JobArrivals
 
 
 class Queue(
-    Enqueueing, Claiming, LeaseCalls, Sweeping, Administration, WorkerRegistry, JobArrivals
+    Enqueueing,
+    Claiming,
+    LeaseCalls,
+    BatchedLeaseCalls,
+    Sweeping,
+    Administration,
+    WorkerRegistry,
+    JobArrivals,
 ):
     """A job queue stored in the tables of ``models`` on ``bind``'s database.
 
@@ -32,6 +40,7 @@ class Queue(
 
     The operations come in groups, one module each: :mod:`~sqlq_orm.queue.enqueue`,
     :mod:`~sqlq_orm.queue.claiming`, :mod:`~sqlq_orm.queue.leases`,
+    :mod:`~sqlq_orm.queue.lease_batches`,
     :mod:`~sqlq_orm.queue.sweeper`, :mod:`~sqlq_orm.queue.admin`,
     :mod:`~sqlq_orm.queue.registry` and :mod:`~sqlq_orm.queue.wakeups`; stats and
     pruning come from :mod:`sqlq_orm.ops`.

@@ -118,6 +118,10 @@ class Backend:
     needs_hooks: bool = False
     """Whether the queue's guarantees depend on :attr:`install_hooks` having run on the
     engine (SQLite: foreign keys are off unless each connection turns them on)."""
+    serialize_writes: bool = False
+    """Whether the queue's own writes in one process take turns on a Python lock first
+    (:mod:`sqlq_orm.db.write_locks`): for a database with one writer at a time, whose
+    busy wait sleeps (SQLite)."""
     connections_share_database: Callable[[URL], bool] = _one_database_for_all
     """Whether every connection to this URL sees the same database (not so for an
     in-memory SQLite database, which exists once per connection)."""

@@ -58,6 +58,30 @@ class LeasesStatements(StatementGroup):
             .values(heartbeat_at=now, lease_expires_at=now + bindparam("p_lease_seconds"))
             .returning(j.lease_expires_at)
         )
+        # heartbeat_many: the same guard for every held lease at once; RETURNING names
+        # the leases renewed. "id IN" as well, for the primary-key lookup (as below).
+        self.heartbeat_batch = (
+            update(jobs)
+            .where(
+                j.id.in_(bindparam("p_ids", expanding=True)),
+                tuple_(j.id, j.lease_token).in_(bindparam("p_pairs", expanding=True)),
+                status_in(j.status, HELD_VALUES),
+                or_(j.deadline_at.is_(None), j.deadline_at > now),
+            )
+            .values(heartbeat_at=now, lease_expires_at=now + bindparam("p_lease_seconds"))
+            .returning(j.id, j.lease_expires_at)
+        )
+        # Why a renewal was refused, for the leases heartbeat_batch did not return:
+        # still ours but past its max runtime, or lost.
+        self.lease_states = select(
+            j.id,
+            and_(
+                status_in(j.status, HELD_VALUES),
+                tuple_(j.id, j.lease_token).in_(bindparam("p_pairs", expanding=True)),
+                j.deadline_at.is_not(None),
+                j.deadline_at <= now,
+            ),
+        ).where(j.id.in_(bindparam("p_ids", expanding=True)))
         self.lease_state = select(
             j.status,
             j.lease_token == bindparam("p_token"),
