@@ -50,9 +50,7 @@ class QueueContext:
         self._write_engine = engine.execution_options(**self.dialect.write_options)
         self._snapshot_engine = engine.execution_options(**self.dialect.snapshot_options)
         self._same_database: weakref.WeakSet[Engine] = weakref.WeakSet()
-        self._write_lock = (
-            write_lock_for(database_identity(engine.url)) if self.dialect.serialize_writes else None
-        )
+        self._write_lock = write_lock_for(engine) if self.dialect.serialize_writes else None
         busy_ms = engine.get_execution_options().get(BUSY_TIMEOUT_OPTION, DEFAULT_BUSY_TIMEOUT_MS)
         self._write_lock_wait = busy_ms / 1000
         # Shared by every queue in this process on the same job table, whatever engine.

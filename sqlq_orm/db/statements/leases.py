@@ -12,11 +12,12 @@ from sqlalchemy import (
     update,
 )
 
-from sqlq_orm.db.statements.base import HELD_VALUES, StatementGroup, lease_cleared, status_in
+from sqlq_orm.db.statements.base import HELD_VALUES, lease_cleared, status_in
+from sqlq_orm.db.statements.history import HistoryStatements
 from sqlq_orm.schema.states import AttemptStatus, JobStatus
 
 
-class LeasesStatements(StatementGroup):
+class LeasesStatements(HistoryStatements):
     """Calls under a lease: start, heartbeat, finish, fail, release; attempt rows."""
 
     def _build_leases(self) -> None:
@@ -120,7 +121,13 @@ class LeasesStatements(StatementGroup):
                 error_detail=None,
                 **lease_cleared(),
             )
-            .returning(j.id)
+            .returning(j.id, j.attempt_count, j.claimed_by)
+        )
+        # The same with the attempt closes and events in the statement, where allowed.
+        self.succeed_batch_with_history = (
+            self.with_history(self.succeed_batch, self.success_history)
+            if self.dialect.history_in_one_statement
+            else None
         )
         self.requeue_for_retry = (
             update(jobs)
