@@ -138,3 +138,25 @@ def test_the_overview_refreshes_itself_without_reloading(serve, page, queue):
     # Playwright polls the element until the refresh lands (no fixed sleep).
     page.locator("#total-jobs", has_text="6").wait_for(timeout=30_000)
     assert page.evaluate("window.loadedOnce") is True  # same document: no reload
+
+
+def test_a_form_sent_without_its_csrf_token_changes_nothing(serve, page, queue):
+    jobs = seed(queue)
+    served = serve(enable_actions=True)
+    page.goto(served.url + f"/actions/retry?job={jobs.failed}")
+    page.evaluate("document.querySelector('input[name=csrf_token]').remove()")
+    page.click("#confirm")
+    assert "CSRF token is missing" in page.locator("#error").inner_text()
+    assert status_of(queue, jobs.failed) == JobStatus.FAILED
+
+
+def test_a_read_only_dashboard_offers_no_actions_and_refuses_them(serve, page, queue):
+    jobs = seed(queue)
+    served = serve(enable_actions=False)
+    page.goto(served.url + f"/jobs/{jobs.failed}")
+    assert page.locator("#retry").count() == 0
+    assert "read-only" in page.locator("header .mode").inner_text()
+    response = page.goto(served.url + f"/actions/retry?job={jobs.failed}")
+    assert response.status == 403
+    assert "actions are disabled" in page.locator("#error").inner_text()
+    assert status_of(queue, jobs.failed) == JobStatus.FAILED
