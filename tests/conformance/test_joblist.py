@@ -6,7 +6,7 @@ import pytest
 
 from sqlq_orm.errors import InvalidInput
 from sqlq_orm.ops import joblist
-from sqlq_orm.ops.history import finished_history
+from sqlq_orm.ops.history import finished_history, history_query
 from sqlq_orm.ops.joblist import JobFilter, list_jobs, matching_ids
 
 
@@ -99,3 +99,23 @@ def test_finished_history_counts_each_outcome_in_its_bucket(queue, clock):
 def test_finished_history_refuses_uneven_buckets(queue):
     with pytest.raises(InvalidInput, match="multiple of buckets"):
         finished_history(queue, window_seconds=100, buckets=7)
+
+
+def test_the_dashboard_reads_never_scan_the_jobs_table_in_full(queue):
+    from tests.conformance.test_explain import _full_scans
+
+    queue.enqueue_many([{"type": "resize"}] * 20)
+    q = joblist.JobListQueries(queue.tables)
+    named = [("list.id_bounds", q.id_bounds())]
+    for field, value in [
+        ("status", "FAILED"), ("queue", "default"), ("type", "resize"),
+        ("error_code", "A:B"), ("job_id", 3), ("dedupe_key", "k"),
+    ]:  # fmt: skip
+        where = JobFilter(**{field: value}).conditions(queue.tables)
+        named.append((f"list.page[{field}]", q.page(where, 1, 100_000, 50)))
+        where = JobFilter(**{field: value, "status": "FAILED"}).conditions(queue.tables)
+        named.append((f"list.selection[{field}+status]", q.selection(where, 1000)))
+    named.append(("list.page[none]", q.page([], 1, 100_000, 50)))
+    named.append(("history", history_query(queue.tables, 1_700_000_000, 120)))
+
+    assert _full_scans(queue.engine, named) == {}
