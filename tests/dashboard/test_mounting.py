@@ -86,3 +86,17 @@ def test_in_a_wsgi_host_through_a2wsgi(queue):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_host_with_its_own_models_sees_its_tables_and_columns(serve, engine):
+    import sqlq_orm
+    from tests.acceptance.test_host_app import RENAMED
+
+    RENAMED.base.metadata.create_all(engine)
+    queue = sqlq_orm.Queue(engine, models=RENAMED.models)
+    job = queue.enqueue("send_invoice", {"invoice": 12}, tenant_id=7).id
+    url = serve(app=create_app(engine, models=RENAMED.models)).url
+    detail = get(url + f"/jobs/{job}")
+    assert '<tr class="app-column"><th>tenant_id</th><td>7</td></tr>' in detail
+    assert "send_invoice" in get(url + "/jobs")
+    assert 'sqlq_jobs{queue="default",status="QUEUED"} 1.0' in get(url + "/metrics")
