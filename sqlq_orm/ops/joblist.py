@@ -126,9 +126,16 @@ class JobListQueries:
         self.tables = tables
 
     def id_bounds(self) -> Select[Any]:
-        """``min(id)``, ``max(id)``: both ends of the primary key."""
+        """``min(id)``, ``max(id)``: both ends of the primary key, one lookup each.
+
+        Two subqueries, not ``SELECT min(id), max(id)``: SQLite reads an index end
+        only for a lone min() or max(), and scans the whole table for both at once
+        (200 ms at a million rows instead of well under one).
+        """
         j = self.tables.jobs.c
-        return select(func.min(j.id), func.max(j.id))
+        return select(
+            select(func.min(j.id)).scalar_subquery(), select(func.max(j.id)).scalar_subquery()
+        )
 
     def page(
         self, where: list[ColumnElement[bool]], low: int, high: int, limit: int
