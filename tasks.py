@@ -3,7 +3,7 @@
 
     python3 tasks.py demo    # make .venv, install sqlq_orm[postgres,dashboard], run the demo
     python3 tasks.py test    # make .venv, install sqlq_orm[test,dashboard-test], run the tests
-    python3 tasks.py bench   # make .venv, install sqlq_orm[test,bench,dashboard], run benchmarks
+    python3 tasks.py bench   # make .venv, install sqlq_orm[test,bench], run the benchmarks
     python3 tasks.py lint    # make .venv, install sqlq_orm[dev], run ruff and mypy
 
 Extra arguments after the task go to the program it runs (e.g. ``test -k sweep``).
@@ -25,7 +25,7 @@ PYTHON = BIN / "python"
 EXTRAS = {
     "demo": "postgres,dashboard",
     "test": "test,dashboard-test",
-    "bench": "test,bench,dashboard",
+    "bench": "test,bench",
     "lint": "dev",
 }
 

@@ -122,9 +122,17 @@ def page(browser: Any) -> Iterator[Any]:
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
+
+    def console(message: Any) -> None:
+        # A refused request (403/404) is logged by the browser too; those are tested
+        # where they happen. Anything else (a script error, a CSP violation) fails.
+        if message.type == "error" and "Failed to load resource" not in message.text:
+            errors.append(message.text)
+
+    page.on("console", console)
     yield page
     context.close()
-    assert errors == [], f"JavaScript errors on the page: {errors}"
+    assert errors == [], f"errors in the browser console: {errors}"
 
 
 def screenshot(page: Any, name: str) -> Path:

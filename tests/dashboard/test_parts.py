@@ -90,3 +90,23 @@ def test_csrf_tokens_belong_to_one_cookie_and_one_secret():
     assert not tokens.verify(nonce, CsrfTokens(b"other").token_for(nonce))
     assert not tokens.verify(None, tokens.token_for(nonce))
     assert not tokens.verify(nonce, None)
+
+
+def test_every_template_and_static_file_ships_in_the_package():
+    import fnmatch
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"
+    ]["sqlq_orm"]
+    package = root / "sqlq_orm"
+    files = [
+        p.relative_to(package).as_posix()
+        for folder in ("dashboard/templates", "dashboard/static")
+        for p in (package / folder).iterdir()
+    ]
+    assert files
+    missing = [f for f in files if not any(fnmatch.fnmatch(f, g) for g in globs)]
+    assert missing == []

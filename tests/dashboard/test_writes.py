@@ -54,11 +54,18 @@ def test_a_confirmed_retry_with_its_token_queues_the_job(serve, queue):
     jobs = seed(queue)
     client = Browserless(serve(enable_actions=True).url)
     token = client.csrf_token(f"/actions/retry?job={jobs.failed}")
-    status, body = client.request(
-        "/actions/retry", {"csrf_token": token, "job": str(jobs.failed)}
-    )
+    status, body = client.request("/actions/retry", {"csrf_token": token, "job": str(jobs.failed)})
     assert status == 200, body
     assert queue.get_job(jobs.failed).status == JobStatus.QUEUED
+
+
+def test_pages_cannot_be_framed_by_another_site(serve, queue):
+    jobs = seed(queue)
+    with urllib.request.urlopen(
+        serve(enable_actions=True).url + f"/actions/retry?job={jobs.failed}"
+    ) as response:
+        assert "frame-ancestors 'none'" in response.headers["Content-Security-Policy"]
+        assert response.headers["X-Frame-Options"] == "DENY"
 
 
 def test_a_write_without_the_csrf_token_changes_nothing(serve, queue):
@@ -93,9 +100,7 @@ def test_with_actions_disabled_even_a_valid_write_changes_nothing(serve, queue):
     token = client.csrf_token(f"/actions/retry?job={jobs.failed}")
     # ...sent to the read-only one (cookies are per host, not per port).
     client.base = read_only.url
-    status, body = client.request(
-        "/actions/retry", {"csrf_token": token, "job": str(jobs.failed)}
-    )
+    status, body = client.request("/actions/retry", {"csrf_token": token, "job": str(jobs.failed)})
     assert status == 403 and "actions are disabled" in body
     assert client.request(f"/actions/retry?job={jobs.failed}")[0] == 403
     retry_is_unchanged(queue, jobs.failed)
