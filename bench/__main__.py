@@ -21,7 +21,9 @@ import sqlalchemy
 
 from bench.core import Config, Result, format_table
 
-BENCHES = ("lifecycle", "workers", "bulk", "scaling", "contention", "peers", "latency")
+BENCHES = (
+    "lifecycle", "workers", "bulk", "scaling", "contention", "peers", "latency", "dashboard",
+)  # fmt: skip
 """Every bench module, in the order they run."""
 
 DEFAULT_JSON = Path("bench/results/latest.json")
