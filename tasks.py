@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Set-up and run in one command, with nothing but Python 3.11+ on the machine.
 
-    python3 tasks.py demo    # make .venv, install sqlq_orm, run the demo
-    python3 tasks.py test    # make .venv, install sqlq_orm[test], run the tests
+    python3 tasks.py demo    # make .venv, install sqlq_orm[postgres,dashboard], run the demo
+    python3 tasks.py test    # make .venv, install sqlq_orm[test,dashboard-test], run the tests
     python3 tasks.py bench   # make .venv, install sqlq_orm[test,bench], run the benchmarks
     python3 tasks.py lint    # make .venv, install sqlq_orm[dev], run ruff and mypy
 
@@ -22,7 +22,12 @@ VENV = Path(os.environ.get("SQLQ_VENV", ROOT / ".venv"))
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PYTHON = BIN / "python"
 
-EXTRAS = {"demo": "postgres", "test": "test", "bench": "test,bench", "lint": "dev"}
+EXTRAS = {
+    "demo": "postgres,dashboard",
+    "test": "test,dashboard-test",
+    "bench": "test,bench",
+    "lint": "dev",
+}
 
 
 def ensure_env(extra: str) -> None:

@@ -22,7 +22,8 @@ import sqlalchemy
 from bench.core import Config, Result, format_table
 
 BENCHES = (
-    "lifecycle", "workers", "bulk", "scaling", "contention", "peers", "latency", "scheduler",
+    "lifecycle", "workers", "bulk", "scaling", "contention", "peers", "latency", "dashboard",
+    "scheduler",
 )  # fmt: skip
 """Every bench module, in the order they run."""
 

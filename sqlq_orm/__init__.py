@@ -29,7 +29,14 @@ from sqlq_orm.ops.retention import PruneResult, RetentionPolicy
 from sqlq_orm.ops.stats import QueueStats
 from sqlq_orm.ops.timeline import JobTimeline, job_timeline
 from sqlq_orm.queue.queue import Queue
-from sqlq_orm.queue.types import EnqueuedJob, JobSpec, ScheduleState, SweepResult, TickResult
+from sqlq_orm.queue.types import (
+    EnqueuedJob,
+    JobFailure,
+    JobSpec,
+    ScheduleState,
+    SweepResult,
+    TickResult,
+)
 from sqlq_orm.scheduler import Scheduler
 from sqlq_orm.schema.mixins import (
     JobAttemptMixin,
@@ -62,6 +69,7 @@ __all__ = [
     "JobError",
     "JobEvent",
     "JobEventMixin",
+    "JobFailure",
     "JobMixin",
     "JobNotFound",
     "JobSpec",

@@ -373,6 +373,36 @@ def maintenance(
     return 0
 
 
+def dashboard(
+    db: str | None,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    enable_actions: bool = False,
+    authorize: str | None = None,
+    refresh: int = 5,
+    models: str | None = None,
+) -> int:
+    """Serve the web dashboard (overview, jobs, workers, /metrics) until Ctrl-C."""
+    try:
+        from sqlq_orm.dashboard import create_app
+        from sqlq_orm.dashboard.security import require_safe_bind
+        from sqlq_orm.dashboard.serve import load_authorize, serve
+    except ImportError as exc:
+        raise CommandError(
+            f"the dashboard needs its extra: pip install 'sqlq_orm[dashboard]' ({exc})"
+        ) from None
+    hook = load_authorize(authorize)
+    require_safe_bind(host, hook)  # before touching the database
+    # Read-only dashboards may look at a schema a newer sqlq_orm migrated; acting may not.
+    queue = open_queue(db, models=models, refuse_newer_schema=enable_actions)
+    app = create_app(queue, enable_actions=enable_actions, authorize=hook, refresh_seconds=refresh)
+    mode = "actions enabled" if enable_actions else "read-only"
+    print(f"sqlq dashboard ({mode}) for {shown_url(database_url(db))}: http://{host}:{port}/")
+    sys.stdout.flush()
+    serve(app, host=host, port=port, authorize=hook)
+    return 0
+
+
 def demo(path: str | None = None, jobs: int = 300, workers: int = 3) -> int:
     """Run the self-contained demo on a fresh SQLite file; print its report."""
     from sqlq_orm.cli.demo import run_demo

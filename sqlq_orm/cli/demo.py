@@ -364,7 +364,8 @@ def run_demo(
         f"  nothing left behind: {counts.get('RUNNING', 0)} running, "
         f"{counts.get('CLAIMED', 0)} claimed\n"
         f"  database and worker logs: {directory}\n"
-        f"  look closer: sqlq --db {url} show {victim.id}",
+        f"  look closer: sqlq --db {url} show {victim.id}\n"
+        f"  or in a browser: sqlq --db {url} dashboard",
     )
     say.say(f"demo finished in {say.elapsed():.1f}s")
     engine.dispose()

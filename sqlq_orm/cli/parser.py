@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 from sqlq_orm.cli.commands import (
     cancel,
     check,
+    dashboard,
     demo,
     enqueue,
     maintenance,
@@ -237,6 +238,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--vacuum", action="store_true",
         help="SQLite: VACUUM, rewrites the file (exclusive lock: off-peak only); "
         "PostgreSQL: VACUUM (ANALYZE) of the queue tables",
+    )  # fmt: skip
+
+    p = add("dashboard", dashboard)
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=at_least(1), default=8765, help="port (default 8765)")
+    p.add_argument(
+        "--enable-actions", action="store_true",
+        help="allow retry and cancel from the browser (default: read-only)",
+    )  # fmt: skip
+    p.add_argument(
+        "--authorize", metavar="MODULE:FUNCTION",
+        help="function(request) -> bool asked on every request; required off loopback",
+    )  # fmt: skip
+    p.add_argument(
+        "--refresh", type=at_least(0), default=5, metavar="SECONDS",
+        help="pages refresh themselves this often; 0: never (default 5)",
     )  # fmt: skip
 
     p = add("demo", demo)

@@ -20,10 +20,11 @@ from sqlalchemy.orm import Session
 
 from sqlq_orm.db.backends import Backend, backend_for
 from sqlq_orm.db.clock import Clock, DatabaseClock
-from sqlq_orm.db.engine import adopt_engine
+from sqlq_orm.db.engine import DEFAULT_BUSY_TIMEOUT_MS, adopt_engine
 from sqlq_orm.db.statements import Statements
 from sqlq_orm.db.tables import Models, Tables
 from sqlq_orm.db.wakeups import Wakeups, wakeups_for
+from sqlq_orm.db.write_locks import BUSY_TIMEOUT_OPTION, taking_turns, write_lock_for
 from sqlq_orm.errors import InvalidInput
 
 
@@ -49,6 +50,9 @@ class QueueContext:
         self._write_engine = engine.execution_options(**self.dialect.write_options)
         self._snapshot_engine = engine.execution_options(**self.dialect.snapshot_options)
         self._same_database: weakref.WeakSet[Engine] = weakref.WeakSet()
+        self._write_lock = write_lock_for(engine) if self.dialect.serialize_writes else None
+        busy_ms = engine.get_execution_options().get(BUSY_TIMEOUT_OPTION, DEFAULT_BUSY_TIMEOUT_MS)
+        self._write_lock_wait = busy_ms / 1000
         # Shared by every queue in this process on the same job table, whatever engine.
         self.wakeups: Wakeups = wakeups_for(
             (database_identity(engine.url), self.tables.jobs.fullname)
@@ -62,7 +66,14 @@ class QueueContext:
             self._require_same_database(connection.engine)
             yield connection
             return
-        with self._write_engine.begin() as connection:
+        if self._write_lock is None:
+            with self._write_engine.begin() as connection:
+                yield connection
+            return
+        with (
+            taking_turns(self._write_lock, self._write_lock_wait),
+            self._write_engine.begin() as connection,
+        ):
             yield connection
 
     def _require_same_database(self, engine: Engine) -> None:

@@ -14,7 +14,6 @@ from sqlq_orm.errors import (
 )
 from sqlq_orm.queue.core import QueueCore
 from sqlq_orm.schema.mixins import QUEUE_MAX, WORKER_ID_MAX
-from sqlq_orm.schema.states import Event
 
 
 class Claiming(QueueCore):
@@ -52,7 +51,11 @@ class Claiming(QueueCore):
             tokens=self.dialect.bind_tokens(tokens),
         )
         with self._write() as connection:
-            result = connection.execute(statement, params)
+            # preserve_rowcount: with its history in the statement (a SELECT over the
+            # UPDATE's RETURNING), the row count is otherwise gone once rows are read.
+            result = connection.execute(
+                statement, params, execution_options={"preserve_rowcount": True}
+            )
             rows = result.all()
             if not rows:
                 return []
@@ -65,35 +68,15 @@ class Claiming(QueueCore):
                     f"{limit}); rolled back, nothing was claimed"
                 )
             leases = [self._lease_from_row(row, worker_id, started=start) for row in rows]
-            events = []
-            for lease in leases:
-                events.append(
-                    self._event(
-                        lease.job_id,
-                        Event.CLAIMED,
-                        worker_id,
-                        {"attempt": lease.attempt, "lease_seconds": seconds},
-                    )  # fmt: skip
-                )
+            if not self.sql.history_in_one_statement:  # else the claim wrote them
+                # Attempt rows and events in SQL from the rows just claimed: one
+                # statement each for the whole batch.
+                history = {"p_ids": [lease.job_id for lease in leases], "p_lease_seconds": seconds}
                 if start:
-                    events.append(
-                        self._event(
-                            lease.job_id, Event.STARTED, worker_id, {"attempt": lease.attempt}
-                        )
-                    )
-            if start:
-                connection.execute(
-                    self.sql.open_attempt,
-                    [
-                        {
-                            "p_job_id": lease.job_id,
-                            "p_attempt": lease.attempt,
-                            "p_worker": worker_id,
-                        }
-                        for lease in leases
-                    ],
-                )
-            self._write_events(connection, events)
+                    connection.execute(self.sql.open_attempts_of_batch, history)
+                    connection.execute(self.sql.claim_and_start_events_of_batch, history)
+                else:
+                    connection.execute(self.sql.claim_events_of_batch, history)
         leases.sort(key=lambda lease: lease.job_id)
         return leases
 

@@ -116,7 +116,7 @@ class LeaseCalls(FailureRecording):
 
         Each job is guarded exactly as in :meth:`succeed` (its id, its lease token,
         status RUNNING); the whole batch is one ``UPDATE ... RETURNING``, one
-        ``executemany`` closing the attempts and one writing the SUCCEEDED events.
+        ``INSERT ... SELECT`` closing the attempts and one writing the SUCCEEDED events.
         Returns the leases that were no longer held (each would have raised
         :class:`~sqlq_orm.errors.LeaseLost` in :meth:`succeed`); nothing is written
         for them, and the rest still succeed. Leases that were never started raise
@@ -135,41 +135,21 @@ class LeaseCalls(FailureRecording):
         if not by_id:
             return []
         pairs = [(lease.job_id, lease.token) for lease in by_id.values()]
+        params = {"p_ids": list(by_id), "p_pairs": pairs}
         with self._write() as connection:
-            done = {
-                row[0]
-                for row in connection.execute(
-                    self.sql.succeed_batch, {"p_ids": list(by_id), "p_pairs": pairs}
-                )
-            }
-            finished = [lease for lease in by_id.values() if lease.job_id in done]
-            if finished:
-                connection.execute(
-                    self.sql.close_attempt_upsert,
-                    [
-                        {
-                            "p_job_id": lease.job_id,
-                            "p_attempt": lease.attempt,
-                            "p_worker": lease.worker_id,
-                            "p_attempt_status": AttemptStatus.SUCCEEDED.value,
-                            "p_code": None,
-                            "p_detail": None,
-                        }
-                        for lease in finished
-                    ],
-                )
-                self._write_events(
-                    connection,
-                    [
-                        self._event(
-                            lease.job_id,
-                            Event.SUCCEEDED,
-                            lease.worker_id,
-                            {"attempt": lease.attempt},
-                        )
-                        for lease in finished
-                    ],
-                )
+            if self.sql.succeed_batch_with_history is not None:
+                # One statement: the finish, the attempt closes and the events.
+                done = {
+                    row[0]
+                    for row in connection.execute(self.sql.succeed_batch_with_history, params)
+                }
+            else:
+                done = {row[0] for row in connection.execute(self.sql.succeed_batch, params)}
+                if done:
+                    # Attempt closes and events in SQL from the rows just finished.
+                    history = {"p_ids": sorted(done)}
+                    connection.execute(self.sql.close_succeeded_attempts_of_batch, history)
+                    connection.execute(self.sql.succeeded_events_of_batch, history)
         return [lease for lease in by_id.values() if lease.job_id not in done]
 
     def fail(

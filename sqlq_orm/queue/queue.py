@@ -14,6 +14,7 @@ from sqlq_orm.ops.stats import QueueStats, collect_stats
 from sqlq_orm.queue.admin import Administration
 from sqlq_orm.queue.claiming import Claiming
 from sqlq_orm.queue.enqueue import Enqueueing
+from sqlq_orm.queue.lease_batches import BatchedLeaseCalls
 from sqlq_orm.queue.leases import LeaseCalls
 from sqlq_orm.queue.registry import WorkerRegistry
 from sqlq_orm.queue.schedules import Schedules
@@ -26,6 +27,7 @@ class Queue(
     Enqueueing,
     Claiming,
     LeaseCalls,
+    BatchedLeaseCalls,
     Sweeping,
     Administration,
     WorkerRegistry,
@@ -40,6 +42,7 @@ class Queue(
 
     The operations come in groups, one module each: :mod:`~sqlq_orm.queue.enqueue`,
     :mod:`~sqlq_orm.queue.claiming`, :mod:`~sqlq_orm.queue.leases`,
+    :mod:`~sqlq_orm.queue.lease_batches`,
     :mod:`~sqlq_orm.queue.sweeper`, :mod:`~sqlq_orm.queue.admin`,
     :mod:`~sqlq_orm.queue.registry`, :mod:`~sqlq_orm.queue.wakeups` and
     :mod:`~sqlq_orm.queue.schedules`; stats and

@@ -1,10 +1,12 @@
-"""What queue calls take and return: JobSpec, EnqueuedJob and SweepResult."""
+"""What queue calls take and return: JobSpec, EnqueuedJob, SweepResult and JobFailure."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
+
+from sqlq_orm.core.lease import Lease
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,16 @@ class SweepResult:
             self.requeued + other.requeued,
             self.failed + other.failed,
         )
+
+
+@dataclass(frozen=True)
+class JobFailure:
+    """One failed run to record with :meth:`~sqlq_orm.Queue.fail_many`."""
+
+    lease: Lease
+    error_code: str
+    error_detail: str | None = None
+    retryable: bool = True
 
 
 @dataclass(frozen=True)

@@ -1,53 +1,75 @@
-"""Records handler successes in groups: one transaction for many jobs."""
+"""Records handler outcomes in groups: one transaction per kind for many jobs.
+
+Handler threads hand an outcome over and go on to the next job at once; the
+completer's thread takes everything waiting and records it: all plain successes with
+one :meth:`~sqlq_orm.Queue.succeed_many`, all failures (retried or final) with one
+:meth:`~sqlq_orm.Queue.fail_many`, each job still fenced by its own lease. While one
+batch commits the next one gathers, so under load many jobs share a commit and a
+lone job waits for nobody. A job whose lease turned out lost is reported on its own
+(its outcome discarded); the rest of its batch is recorded.
+
+A run keeps its slot (and its lease keeps being renewed) until its outcome is
+recorded. If the database is away, the batch is tried again every ``retry_pause``
+seconds while the leases are surely still held; a run that meanwhile self-fenced is
+discarded, never recorded late.
+"""
 
 from __future__ import annotations
 
+import logging
 import threading
-from typing import Any
+import time
+from collections.abc import Callable
 
-from sqlq_orm.core.lease import Lease
+from sqlalchemy.exc import SQLAlchemyError
+
+from sqlq_orm.errors import LeaseLost
 from sqlq_orm.queue.queue import Queue
+from sqlq_orm.queue.types import JobFailure
+from sqlq_orm.worker.outcomes import Outcome, one_line
+from sqlq_orm.worker.runs import JobRun, RunTable
+from sqlq_orm.worker.stats import WorkerStats
+
+log = logging.getLogger("sqlq_orm.worker")
+
+Pending = tuple[JobRun, Outcome]
 
 
-class SuccessBatcher:
-    """Records handler successes in groups: one transaction for many jobs.
+class Completer:
+    """Records the outcomes handler threads :meth:`submit`, in groups, in its own thread."""
 
-    Job threads hand their lease over and wait; one thread takes everything waiting
-    and records it with :meth:`Queue.succeed_many` (each job still fenced by its own
-    token). While one batch commits, the next one gathers, so under load many jobs
-    share a commit and with a single job nothing waits for company.
-    """
-
-    LOST = "lost"
-    RECORDED = "recorded"
-
-    def __init__(self, queue: Queue, max_batch: int = 500) -> None:
+    def __init__(
+        self,
+        queue: Queue,
+        runs: RunTable,
+        stats: WorkerStats,
+        *,
+        retry_pause: float,
+        max_batch: int = 500,
+    ) -> None:
         self._queue = queue
+        self._runs = runs
+        self._stats = stats
+        self._retry_pause = retry_pause
         self._max_batch = max_batch
         self._condition = threading.Condition()
-        self._waiting: list[tuple[Lease, list[Any], threading.Event]] = []
+        self._waiting: list[Pending] = []
         self._closed = False
-        self._thread = threading.Thread(target=self._loop, name="sqlq-finisher", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name="sqlq-completer", daemon=True)
         self._thread.start()
 
-    def submit(self, lease: Lease) -> Any:
-        """Record ``lease``'s success; return RECORDED, LOST, or the database error."""
-        answer: list[Any] = []
-        done = threading.Event()
+    def submit(self, run: JobRun, outcome: Outcome) -> None:
+        """Record ``outcome`` for ``run`` (a FINISHING run) soon; returns at once."""
         with self._condition:
-            if self._closed:
-                return self._record([lease])[0]
-            self._waiting.append((lease, answer, done))
+            self._waiting.append((run, outcome))
             self._condition.notify()
-        done.wait()
-        return answer[0]
 
-    def close(self) -> None:
+    def close(self, timeout: float = 30.0) -> None:
         """Record what is waiting, then stop the thread."""
         with self._condition:
             self._closed = True
             self._condition.notify()
-        self._thread.join(timeout=30)
+        self._thread.join(timeout=timeout)
 
     def _loop(self) -> None:
         while True:
@@ -58,14 +80,93 @@ class SuccessBatcher:
                     return
                 batch = self._waiting[: self._max_batch]
                 del self._waiting[: self._max_batch]
-            answers = self._record([lease for lease, _, _ in batch])
-            for (_, answer, done), result in zip(batch, answers, strict=True):
-                answer.append(result)
-                done.set()
+            try:
+                self._record(batch)
+            except Exception:  # noqa: BLE001 - the completer must survive anything
+                log.exception("recording %d outcomes failed; discarding them", len(batch))
+                for run, _ in batch:
+                    self._discard(run, "its outcome could not be recorded")
 
-    def _record(self, leases: list[Lease]) -> list[Any]:
+    def _record(self, batch: list[Pending]) -> None:
+        successes = [(run, o) for run, o in batch if o.succeeded and o.result_ref is None]
+        with_result = [(run, o) for run, o in batch if o.succeeded and o.result_ref is not None]
+        failures = [(run, o) for run, o in batch if not o.succeeded]
+        self._until_recorded(successes, self._record_successes)
+        for one in with_result:
+            self._until_recorded([one], self._record_success_with_result)
+        self._until_recorded(failures, self._record_failures)
+
+    def _until_recorded(
+        self, pending: list[Pending], record: Callable[[list[Pending]], None]
+    ) -> None:
+        """``record(pending)``, again while the database is away and leases are held."""
+        while pending:
+            try:
+                record(pending)
+                return
+            except SQLAlchemyError as exc:
+                log.warning(
+                    "could not record %d outcome(s) (%s); retrying",
+                    len(pending),
+                    one_line(str(exc)),
+                )
+            still_held = []
+            for run, outcome in pending:
+                reason = run.context.stop_reason
+                if reason is None:
+                    still_held.append((run, outcome))
+                else:
+                    self._discard(run, reason)
+            pending = still_held
+            if pending:
+                time.sleep(self._retry_pause)
+
+    def _record_successes(self, pending: list[Pending]) -> None:
+        lost = {lease.job_id for lease in self._queue.succeed_many([r.lease for r, _ in pending])}
+        for run, _ in pending:
+            if run.lease.job_id in lost:
+                self._discard(run, str(LeaseLost(run.lease.job_id)))
+            else:
+                self._succeeded(run)
+
+    def _record_success_with_result(self, pending: list[Pending]) -> None:
+        [(run, outcome)] = pending
         try:
-            lost = {lease.job_id for lease in self._queue.succeed_many(leases)}
-        except Exception as exc:  # noqa: BLE001 - handed to each waiting job thread
-            return [exc] * len(leases)
-        return [self.LOST if lease.job_id in lost else self.RECORDED for lease in leases]
+            self._queue.succeed(run.lease, result_ref=outcome.result_ref)
+        except LeaseLost as exc:
+            self._discard(run, str(exc))
+        else:
+            self._succeeded(run)
+
+    def _record_failures(self, pending: list[Pending]) -> None:
+        went_to = self._queue.fail_many(
+            [
+                JobFailure(run.lease, o.error_code or "", o.error_detail, retryable=o.retryable)
+                for run, o in pending
+            ]
+        )
+        for run, outcome in pending:
+            status = went_to[run.lease.job_id]
+            if status is None:
+                self._discard(run, str(LeaseLost(run.lease.job_id)))
+                continue
+            self._stats.add("failed")
+            log.warning(
+                "%s failed with %s (%s); job is now %s",
+                run.describe(),
+                outcome.error_code,
+                outcome.error_detail or "no detail",
+                status,
+            )
+            self._runs.finished(run)
+
+    def _succeeded(self, run: JobRun) -> None:
+        self._stats.add("succeeded")
+        if log.isEnabledFor(logging.INFO):  # describe() per job costs more than the check
+            log.info("%s succeeded", run.describe())
+        self._runs.finished(run)
+
+    def _discard(self, run: JobRun, reason: str) -> None:
+        self._stats.add("discarded")
+        log.warning("%s: outcome discarded (%s)", run.describe(), reason)
+        self._runs.finished(run)

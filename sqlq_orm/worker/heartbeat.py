@@ -1,8 +1,9 @@
 """The heartbeat thread: renews every lease a worker holds, says the worker is alive,
 and stops jobs at their max runtime.
 
-Every ``interval`` seconds one round sends a heartbeat per held job and then upserts
-the worker's liveness row. A round gives up on a job (see
+Every ``interval`` seconds one round renews every held lease with one statement
+(:meth:`~sqlq_orm.Queue.heartbeat_many`, each lease still fenced by its token) and then
+upserts the worker's liveness row. A round gives up on a job (see
 :meth:`~sqlq_orm.worker.runs.RunTable.abandon`) when the heartbeat is refused
 (``LeaseLost``), when the job is past its max runtime (``MaxRuntimeExceeded``: the
 lease is no longer renewed, so the sweeper ends it with ``TIMEOUT:MAX_RUNTIME``), or
@@ -125,34 +126,41 @@ class Heartbeat:
         return min(upcoming, default=None)
 
     def beat_once(self) -> None:
-        """One round: renew every held lease, then record that the worker is alive."""
+        """One round: renew every held lease with one statement, then record that the
+        worker is alive."""
+        held = []
         for run in self.runs.held():
-            self._renew(run)
+            if run.context._given_up:
+                self.runs.abandon(run, run.context.stop_reason or "given up")
+            else:
+                held.append(run)
+        if held:
+            self._renew(held)
         self.touch_liveness()
 
-    def _renew(self, run: JobRun) -> None:
-        if run.context._given_up:
-            self.runs.abandon(run, run.context.stop_reason or "given up")
-            return
+    def _renew(self, held: list[JobRun]) -> None:
         # Sent even when overdue: if the database still takes it, nobody has taken
         # the job over and the lease is ours again.
         sent = time.monotonic()
         try:
-            once_more_if_disconnected(
-                lambda: self.queue.heartbeat(run.lease, self.lease_seconds),
-                f"{run.describe()}: heartbeat",
+            results = once_more_if_disconnected(
+                lambda: self.queue.heartbeat_many([run.lease for run in held], self.lease_seconds),
+                f"heartbeat of {len(held)} lease(s)",
             )
-        except MaxRuntimeExceeded as exc:
-            self.runs.abandon(run, str(exc), runtime_exceeded=True)
-            return
-        except LeaseLost as exc:
-            # FINISHING or DONE: our own succeed/fail got there first.
-            self.runs.abandon(run, str(exc))
-            return
         except SQLAlchemyError as exc:
-            log.warning("%s: heartbeat failed (%s)", run.describe(), one_line(str(exc)))
-        else:
-            run.context._renewed(sent)
-        reason = run.context.stop_reason  # self-fences once a whole lease went by
-        if reason is not None:
-            self.runs.abandon(run, reason)
+            log.warning("heartbeat of %d lease(s) failed (%s)", len(held), one_line(str(exc)))
+            results = {}
+        for run in held:
+            result = results.get(run.lease.job_id)
+            if isinstance(result, MaxRuntimeExceeded):
+                self.runs.abandon(run, str(result), runtime_exceeded=True)
+                continue
+            if isinstance(result, LeaseLost):
+                # FINISHING or DONE: our own succeed/fail got there first.
+                self.runs.abandon(run, str(result))
+                continue
+            if result is not None:
+                run.context._renewed(sent)
+            reason = run.context.stop_reason  # self-fences once a whole lease went by
+            if reason is not None:
+                self.runs.abandon(run, reason)

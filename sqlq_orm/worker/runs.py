@@ -1,11 +1,12 @@
 """The jobs a worker holds, the slots they take, and giving up on them.
 
-Every job a worker claims becomes a :class:`JobRun`. The :class:`RunTable` keeps the
-runs that hold a slot and the *abandoned* ones whose thread may still be alive
-(Python cannot kill a thread), and answers how many slots are free: an abandoned run
-frees its slot at once, but at most ``max_abandoned`` such threads may linger before
-further ones count against the slots again (bounding the thread count at
-``concurrency + max_abandoned``).
+Every job a worker claims becomes a :class:`JobRun` and takes a slot until its outcome
+is recorded: waiting for a handler thread (prefetched), in its handler, or being
+recorded. The :class:`RunTable` keeps the runs that hold a slot and the *abandoned*
+ones whose handler may still be running (Python cannot kill a thread), and answers how
+many slots are free: an abandoned run frees its slot at once, but at most
+``max_abandoned`` such handlers may linger before further ones count against the slots
+again (bounding the thread count at ``concurrency + max_abandoned``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import enum
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlq_orm.core.lease import Lease
@@ -24,7 +26,7 @@ log = logging.getLogger("sqlq_orm.worker")
 class RunState(enum.Enum):
     """Where a claimed job stands in this worker."""
 
-    RUNNING = "running"  #: the handler runs and the lease is renewed
+    RUNNING = "running"  #: waiting for a handler thread, or in its handler; renewed
     FINISHING = "finishing"  #: the outcome is being reported; still renewed
     ABANDONED = "abandoned"  #: the worker gave up on it; its outcome is discarded
     DONE = "done"  #: the handler returned and its outcome was dealt with
@@ -37,7 +39,10 @@ class JobRun:
     lease: Lease
     context: JobContext
     state: RunState = RunState.RUNNING
-    thread: threading.Thread | None = None
+    in_handler: bool = False
+    """A handler thread is calling the job's handler right now."""
+    detached: bool = False
+    """Abandoned inside its handler: its thread left the pool and ends with the handler."""
     deadline: float | None = None
     """``time.monotonic()`` past which the job has run longer than its max runtime."""
 
@@ -49,17 +54,22 @@ class JobRun:
 class RunTable:
     """The runs holding a slot, the abandoned ones, and the free slots. Thread-safe.
 
-    ``slot_freed`` is set whenever a run gives its slot back, so the claim loop can
-    wait on it instead of polling.
+    ``capacity`` is how many runs may hold a slot at once (the handler threads plus the
+    prefetched jobs). ``slot_freed`` is set whenever a run gives its slot back, so the
+    claim loop can wait on it instead of polling. ``handler_abandoned`` is called (with
+    the table's lock held) for a run given up on while its handler runs, within the
+    ``max_abandoned`` budget, so the handler pool can put a fresh thread in place of the
+    one that is stuck with it.
     """
 
-    def __init__(self, concurrency: int, max_abandoned: int, slot_freed: threading.Event):
-        self.concurrency = concurrency
+    def __init__(self, capacity: int, max_abandoned: int, slot_freed: threading.Event):
+        self.capacity = capacity
         self.max_abandoned = max_abandoned
         self.slot_freed = slot_freed
+        self.handler_abandoned: Callable[[JobRun], None] = lambda run: None
         self._lock = threading.Lock()
         self._runs: dict[int, JobRun] = {}  # jobs holding a slot (RUNNING / FINISHING)
-        self._abandoned: list[JobRun] = []  # given up on, thread maybe still alive
+        self._abandoned: list[JobRun] = []  # given up on inside their handler
 
     def add(self, run: JobRun) -> None:
         """``run`` takes a slot."""
@@ -77,11 +87,11 @@ class RunTable:
             return sorted(self._runs)
 
     def free_slots(self) -> int:
-        """Slots a claim may fill: ``concurrency`` less held runs and excess lingerers."""
+        """Slots a claim may fill: ``capacity`` less held runs and excess lingerers."""
         with self._lock:
-            self._abandoned = [r for r in self._abandoned if r.thread and r.thread.is_alive()]
+            self._abandoned = [r for r in self._abandoned if r.in_handler]
             lingering = max(0, len(self._abandoned) - self.max_abandoned)
-            return max(0, self.concurrency - len(self._runs) - lingering)
+            return max(0, self.capacity - len(self._runs) - lingering)
 
     def over_budget(self) -> list[JobRun]:
         """The abandoned runs still alive, if more than ``max_abandoned``; else none.
@@ -90,8 +100,21 @@ class RunTable:
         can only get its capacity back by being restarted.
         """
         with self._lock:
-            self._abandoned = [r for r in self._abandoned if r.thread and r.thread.is_alive()]
+            self._abandoned = [r for r in self._abandoned if r.in_handler]
             return list(self._abandoned) if len(self._abandoned) > self.max_abandoned else []
+
+    def begin_handler(self, run: JobRun) -> bool:
+        """A handler thread takes ``run``: True, unless it was given up on meanwhile."""
+        with self._lock:
+            if run.state is not RunState.RUNNING:
+                return False
+            run.in_handler = True
+            return True
+
+    def end_handler(self, run: JobRun) -> None:
+        """``run``'s handler returned (or raised)."""
+        with self._lock:
+            run.in_handler = False
 
     def begin_finishing(self, run: JobRun) -> str | None:
         """Move a RUNNING run to FINISHING; else return why its outcome is discarded."""
@@ -116,10 +139,11 @@ class RunTable:
         with self._lock:
             return self._abandon(run, reason, runtime_exceeded=runtime_exceeded)
 
-    def abandon_all_running(self, reason: str) -> list[JobRun]:
-        """Give up on every RUNNING job at once (shutdown); return them."""
+    def abandon_all_running(self, reason: str, runs: list[JobRun] | None = None) -> list[JobRun]:
+        """Give up on every RUNNING job (or those of ``runs``) at once; return them."""
         with self._lock:
-            running = [run for run in self._runs.values() if run.state is RunState.RUNNING]
+            candidates = list(self._runs.values()) if runs is None else runs
+            running = [run for run in candidates if run.state is RunState.RUNNING]
             for run in running:
                 self._abandon(run, reason)
         return running
@@ -130,7 +154,13 @@ class RunTable:
         run.context._give_up(reason, runtime_exceeded=runtime_exceeded)
         run.state = RunState.ABANDONED
         self._runs.pop(run.lease.job_id, None)
-        self._abandoned.append(run)
+        if run.in_handler:
+            self._abandoned.append(run)
+            lingering = sum(1 for r in self._abandoned if r.in_handler)
+            if lingering <= self.max_abandoned:
+                # Within the budget a fresh thread takes its place; past it, the stuck
+                # thread keeps its place in the pool (the thread count stays bounded).
+                self.handler_abandoned(run)
         self.slot_freed.set()
         log.warning("%s abandoned: %s", run.describe(), reason)
         return True

@@ -1,16 +1,22 @@
-"""The worker: claims jobs, runs their handlers in threads, heartbeats, stops gracefully.
+"""The worker: a pipeline that claims jobs in batches, runs their handlers on a pool of
+threads, records outcomes in groups, heartbeats, and stops gracefully.
 
-One worker process has three kinds of threads:
+One worker process has four kinds of threads:
 
-- the **main thread** runs :meth:`Worker.run`: it claims as many jobs as there are
-  free slots (straight into RUNNING), starts a thread per job, and runs the sweeper
-  on a jittered interval so a dead worker's jobs come back without anyone watching;
+- the **main thread** runs :meth:`Worker.run`, the *fetcher*: it claims as many jobs
+  as there are free slots in one statement (straight into RUNNING), the slots being
+  ``concurrency`` handler threads plus ``prefetch`` jobs waiting for one, so a
+  handler thread never waits on a round trip; and it runs the sweeper on a jittered
+  interval so a dead worker's jobs come back without anyone watching;
+- ``concurrency`` **handler threads** (:mod:`~sqlq_orm.worker.pool`, started as
+  needed and reused) call each job's handler with no transaction open
+  (:mod:`~sqlq_orm.worker.execution`) and hand the outcome over;
+- one **completer thread** (:mod:`~sqlq_orm.worker.completer`) records the outcomes
+  in groups: every success of a batch in one fenced statement, every failure in one
+  transaction, attempt closes and events as multi-row inserts;
 - one **heartbeat thread** (:mod:`~sqlq_orm.worker.heartbeat`) renews every lease
-  this worker holds, every ``heartbeat_interval`` seconds, and upserts the worker's
-  liveness row;
-- one **job thread** per running job (:mod:`~sqlq_orm.worker.execution`) calls the
-  handler with no transaction open, then reports the outcome with the lease
-  (``succeed`` / ``fail``).
+  this worker holds with one statement every ``heartbeat_interval`` seconds, and
+  upserts the worker's liveness row.
 
 The worker never writes SQL; it only calls :class:`~sqlq_orm.queue.queue.Queue` methods.
 
@@ -24,10 +30,10 @@ runtime (noticed at the job's own deadline, or a heartbeat refused with
 ``time.monotonic()`` from the last heartbeat that succeeded, and never reports
 success for that job). Python cannot kill a thread, so an abandoned handler may keep
 running; its slot is freed at once so one hung handler cannot starve the worker, and
-at most ``max_abandoned`` such threads may linger before abandoned jobs start holding
-on to their slots (bounding the thread count at ``concurrency + max_abandoned``; see
-:mod:`~sqlq_orm.worker.runs`). Job threads are daemons: a hung handler never keeps
-the process from exiting.
+a fresh handler thread takes its place, and at most ``max_abandoned`` such threads may
+linger before abandoned jobs start holding on to their slots (bounding the thread
+count at ``concurrency + max_abandoned``; see :mod:`~sqlq_orm.worker.runs`). Handler
+threads are daemons: a hung handler never keeps the process from exiting.
 
 **Stuck handlers.** Once more abandoned threads are alive than ``max_abandoned``,
 the worker logs an ERROR naming the budget and the stuck jobs, shuts down gracefully
@@ -36,8 +42,9 @@ raises :class:`~sqlq_orm.errors.HandlersStuck`; ``sqlq worker`` then exits with 
 3 so that a supervisor restarts it, the only way to reclaim a Python thread.
 
 **Shutdown.** On SIGTERM or SIGINT (or :meth:`Worker.request_stop`) the worker stops
-claiming, lets running jobs finish for up to ``grace_period`` seconds, releases the
-rest back to QUEUED (RELEASED, no retry spent) and deregisters. A second signal skips
+claiming, gives the prefetched jobs no handler has started back to QUEUED at once,
+lets running jobs finish for up to ``grace_period`` seconds, releases the rest back to
+QUEUED (RELEASED, no retry spent) and deregisters. A second signal skips
 the grace period.
 """
 
@@ -47,7 +54,6 @@ import logging
 import os
 import secrets
 import socket
-import threading
 import time
 from collections.abc import Mapping, Sequence
 
@@ -59,7 +65,7 @@ from sqlq_orm.db.engine import require_shared_database
 from sqlq_orm.errors import HandlersStuck, InvalidInput, LeaseLost
 from sqlq_orm.queue.queue import Queue
 from sqlq_orm.schema.mixins import QUEUE_MAX, WORKER_ID_MAX
-from sqlq_orm.worker.completer import SuccessBatcher
+from sqlq_orm.worker.completer import Completer
 from sqlq_orm.worker.execution import JobExecutor
 from sqlq_orm.worker.handlers import Handler, HandlerRegistry, JobContext
 from sqlq_orm.worker.heartbeat import Heartbeat, once_more_if_disconnected
@@ -72,6 +78,8 @@ from sqlq_orm.worker.outcomes import (
     one_line,
     outcome_of_exception,
 )
+from sqlq_orm.worker.pool import HandlerPool
+from sqlq_orm.worker.prefetch import PrefetchGauge
 from sqlq_orm.worker.runs import JobRun, RunTable
 from sqlq_orm.worker.scheduling import SchedulerThread
 from sqlq_orm.worker.stats import WorkerStats
@@ -98,7 +106,6 @@ log = logging.getLogger("sqlq_orm.worker")
 
 DEFAULT_GRACE_PERIOD = 30.0
 
-_CLAIM_GATHER = 0.005  # how long a wide worker waits for more free slots before claiming
 _DUE_FLOOR = 0.1  # shortest idle wait when a queued job is already due but was not claimed
 
 
@@ -113,7 +120,13 @@ class Worker:
     ``handlers`` is a :class:`~sqlq_orm.worker.handlers.HandlerRegistry` (or a mapping of job
     type to function). ``lease_seconds`` is how long each claim lasts without a
     heartbeat; heartbeats go out every ``heartbeat_interval`` seconds (default a third
-    of the lease). ``poll_interval`` is how long an idle worker waits before asking
+    of the lease). ``prefetch`` (default: ``concurrency``) is how many claimed jobs may at
+    most wait for a free handler thread, so the threads never wait on a claim's round
+    trip; the worker prefetches only as many as its threads reach within a quarter of a
+    second at the handlers' recent pace (none for slow jobs, whose lease and max runtime
+    would otherwise start counting long before they run; see
+    :mod:`~sqlq_orm.worker.prefetch`). 0 claims only for idle threads.
+    ``poll_interval`` is how long an idle worker waits before asking
     again, at most: it wakes at once when jobs are enqueued (in this process, or in
     another through the database: PostgreSQL ``NOTIFY``, SQLite ``PRAGMA
     data_version``), and when a scheduled job falls due. ``sweep_interval`` (seconds,
@@ -133,6 +146,7 @@ class Worker:
         *,
         queues: Sequence[str] = ("default",),
         concurrency: int = 1,
+        prefetch: int | None = None,
         lease_seconds: int = 30,
         heartbeat_interval: float | None = None,
         poll_interval: float = 1.0,
@@ -155,6 +169,9 @@ class Worker:
         for name in self.queues:
             validation.require_name("queue", name, QUEUE_MAX)
         self.concurrency = validation.require_int("concurrency", concurrency, minimum=1)
+        self.prefetch = validation.require_int(
+            "prefetch", self.concurrency if prefetch is None else prefetch, minimum=0
+        )
         self.lease_seconds = validation.lease_seconds(lease_seconds)
         self.heartbeat_interval = (
             self.lease_seconds / 3 if heartbeat_interval is None else float(heartbeat_interval)
@@ -178,22 +195,17 @@ class Worker:
             "max_abandoned", self.concurrency if max_abandoned is None else max_abandoned, minimum=0
         )
         self.burst = burst
-        self._claim_batch = max(1, self.concurrency // 4)
+        capacity = self.concurrency + self.prefetch
+        self._prefetch = PrefetchGauge(self.prefetch, self.concurrency)
         self.install_signal_handlers = install_signal_handlers
         self.stats = WorkerStats()
 
         self._stop = StopRequests(self.grace_period)
         self._next_sweep: float | None = None
         self._stuck: list[JobRun] = []  # set when abandoned threads spent the budget
-        self._runs = RunTable(self.concurrency, self.max_abandoned, slot_freed=self._stop.wake)
-        self._executor = JobExecutor(
-            queue,
-            self.handlers,
-            self._runs,
-            self.stats,
-            worker_id=self.worker_id,
-            retry_pause=min(1.0, self.heartbeat_interval),
-        )
+        self._runs = RunTable(capacity, self.max_abandoned, slot_freed=self._stop.wake)
+        self._completer: Completer | None = None  # started by run()
+        self._pool: HandlerPool | None = None
         # The registry's recurring schedules (registry.periodic), unless run_schedules=False.
         self._scheduling = SchedulerThread.for_worker(
             queue, self.handlers if run_schedules else HandlerRegistry(), self.worker_id
@@ -233,7 +245,19 @@ class Worker:
         )  # fmt: skip
         self._heartbeat.start()
         self._scheduling.start()
-        self._executor.successes = SuccessBatcher(self.queue)
+        self._completer = Completer(
+            self.queue, self._runs, self.stats, retry_pause=min(1.0, self.heartbeat_interval)
+        )
+        executor = JobExecutor(
+            self.handlers,
+            self._runs,
+            self.stats,
+            self._completer,
+            self._prefetch,
+            worker_id=self.worker_id,
+        )
+        self._pool = HandlerPool(self.concurrency, executor.execute)
+        self._runs.handler_abandoned = self._pool.detach
         # A burst worker leaves once idle: it needs no listener for other processes.
         arrivals = self.queue.watch_for_jobs(
             self.queues, self._stop.jobs_ready, listen=not self.burst
@@ -266,18 +290,18 @@ class Worker:
             self._stop.wake.clear()
             self._stop.jobs_ready.clear()
             self._maybe_sweep()
-            free = self._runs.free_slots()
+            allowed = self._prefetch.allowed()
+            free = self._runs.free_slots() - (self.prefetch - allowed)
             if self._stop_if_stuck():
                 return
-            if free == 0:
+            if free <= 0:
                 self._stop.wait(self._stop.wake, self.poll_interval)
                 continue
-            if free < self._claim_batch and self.running_jobs:
-                # A wide worker claims a few slots at a time rather than one per
-                # finished job: fewer, larger claim transactions.
-                self._stop.wait(self._stop.wake, _CLAIM_GATHER)
-                if self._runs.free_slots() < self._claim_batch and self.running_jobs:
-                    continue
+            if free < (self.concurrency + allowed) // 2 and self._pool_waiting():
+                # Jobs still wait for a thread: claim when half the slots are free,
+                # fewer and larger claims, still before the threads run dry.
+                self._stop.wait(self._stop.wake, self.poll_interval)
+                continue
             leased_at = time.monotonic()
             try:
                 leases = self.queue.claim(
@@ -304,6 +328,9 @@ class Worker:
                 # Nothing more is ready: ask again when jobs arrive, when the next
                 # queued one is due, or after the poll interval; not on every freed slot.
                 self._stop.wait(self._stop.jobs_ready, self._idle_wait())
+
+    def _pool_waiting(self) -> int:
+        return 0 if self._pool is None else self._pool.waiting()
 
     def _idle_wait(self) -> float:
         """How long an idle worker sleeps: until the next queued job is due (by the
@@ -364,18 +391,14 @@ class Worker:
         if lease.max_runtime_seconds is not None:
             # Counted from before the claim was sent: never later than the database's.
             run.deadline = leased_at + lease.max_runtime_seconds
-        run.thread = threading.Thread(
-            target=self._executor.execute,
-            args=(run,),
-            name=f"sqlq-job-{lease.job_id}",
-            daemon=True,
-        )
         self._runs.add(run)
         if run.deadline is not None:
             self._heartbeat.watch_deadline()
         self.stats.add("claimed")
-        log.debug("%s claimed", run.describe())
-        run.thread.start()
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s claimed", run.describe())
+        assert self._pool is not None
+        self._pool.submit(run)
 
     # ----------------------------------------------------------------- liveness
 
@@ -401,6 +424,11 @@ class Worker:
         self._stop.stopping.set()
         self._stop.shutdown.set()
         self._scheduling.stop()
+        if self._pool is not None:
+            # Prefetched jobs no handler has started go back at once, not after the grace.
+            self._release(
+                self._runs.abandon_all_running("released at shutdown", self._pool.take_waiting())
+            )
         deadline = time.monotonic() + self.grace_period
         while not self._stop.immediate.is_set():
             self._stop.wake.clear()  # before looking, so a job ending meanwhile still wakes us
@@ -412,8 +440,10 @@ class Worker:
         if self.burst and self.sweep_schedule is not None:
             # And once more on the way out, for the jobs it gave up on itself.
             sweep_once(self.queue, actor=self._sweep_actor)
-        if self._executor.successes is not None:
-            self._executor.successes.close()
+        if self._pool is not None:
+            self._pool.close()
+        if self._completer is not None:
+            self._completer.close()
         self._heartbeat.stop(timeout=5)
         try:
             self.queue.deregister_worker(self.worker_id)
@@ -426,14 +456,30 @@ class Worker:
         )  # fmt: skip
 
     def _release_remaining(self) -> None:
-        for run in self._runs.abandon_all_running("released at shutdown"):
-            try:
-                self.queue.release(run.lease, reason=f"worker {self.worker_id} shutting down")
-            except (LeaseLost, SQLAlchemyError) as exc:
+        self._release(self._runs.abandon_all_running("released at shutdown"))
+
+    def _release(self, runs: list[JobRun]) -> None:
+        """Give ``runs`` back to the queue (RELEASED, no retry spent), in one transaction."""
+        if not runs:
+            return
+        reason = f"worker {self.worker_id} shutting down"
+        try:
+            lost = {
+                lease.job_id for lease in self.queue.release_many([r.lease for r in runs], reason)
+            }
+        except SQLAlchemyError as exc:
+            log.warning(
+                "%d job(s) could not be released (%s); the sweeper will recover them",
+                len(runs),
+                one_line(str(exc)),
+            )
+            return
+        for run in runs:
+            if run.lease.job_id in lost:
                 log.warning(
                     "%s could not be released (%s); the sweeper will recover it",
                     run.describe(),
-                    one_line(str(exc)),
+                    LeaseLost(run.lease.job_id),
                 )
             else:
                 self.stats.add("released")

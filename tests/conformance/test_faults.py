@@ -77,18 +77,39 @@ def job_state(queue, job_id):
 # ------------------------------------------------------- errors inside a transaction
 
 
+@contextmanager
+def fault_after(engine, pattern: str) -> Iterator[None]:
+    """Raise :class:`InjectedFaultError` right after the first statement matching
+    ``pattern`` ran (its transaction still open)."""
+    regex = re.compile(pattern, re.IGNORECASE)
+    state = {"fired": False}
+
+    def listener(conn, cursor, statement, parameters, context, executemany):
+        if not state["fired"] and regex.search(" ".join(statement.split())):
+            state["fired"] = True
+            raise InjectedFaultError(f"injected after: {statement[:60]}")
+
+    event.listen(engine, "after_cursor_execute", listener)
+    try:
+        yield
+    finally:
+        event.remove(engine, "after_cursor_execute", listener)
+    assert state["fired"], f"no statement matching {pattern!r} ran"
+
+
 @pytest.mark.parametrize("start", [False, True], ids=["claim", "claim_and_start"])
 def test_error_after_the_claim_update_leaves_the_job_queued_with_no_partial_rows(queue, start):
+    # Right after the claim's UPDATE: on SQLite before its attempt rows and events are
+    # written; on PostgreSQL, which writes them in the same statement, before commit.
     job = queue.enqueue("t")
     untouched = job_state(queue, job.id)
 
     with (
         pytest.raises(InjectedFaultError),
-        fault_before(queue.engine, EVENT_INSERT) as ran,
+        fault_after(queue.engine, r"UPDATE sqlq_jobs SET status"),
     ):
         queue.claim("worker-a", start=start)
 
-    assert any("UPDATE sqlq_jobs SET status" in s for s in ran)  # the claim itself ran
     assert job_state(queue, job.id) == untouched
     assert [lease.job_id for lease in queue.claim("worker-b")] == [job.id]
     assert check(queue) == []

@@ -26,6 +26,7 @@ LAYERS: dict[str, int] = {
     "sqlq_orm.scheduler": 6,
     "sqlq_orm.worker": 6,
     "sqlq_orm.cli": 7,
+    "sqlq_orm.dashboard": 7,
     "sqlq_orm.__main__": 8,
     "sqlq_orm": 8,  # the package's __init__: the public surface re-exports every layer
 }
@@ -144,3 +145,19 @@ def test_an_upward_import_is_caught(tmp_path):
     imported = imports_of("sqlq_orm.db.bad", source, {"sqlq_orm.worker.runtime"})
     assert imported == {"sqlq_orm.worker.runtime"}
     assert LAYERS[layer_of("sqlq_orm.worker.runtime")] > LAYERS[layer_of("sqlq_orm.db.bad")]
+
+
+def test_only_the_cli_imports_the_dashboard_and_the_dashboard_not_the_cli():
+    # The dashboard's dependencies are an optional extra: nothing the core needs may
+    # import it, and the CLI imports it only inside its command.
+    wrong = []
+    for module, imported in import_graph().items():
+        in_dashboard = layer_of(module) == "sqlq_orm.dashboard"
+        for target in imported:
+            if layer_of(target) == "sqlq_orm.dashboard" and not (
+                in_dashboard or layer_of(module) == "sqlq_orm.cli"
+            ):
+                wrong.append(f"{module} imports {target}")
+            if in_dashboard and layer_of(target) == "sqlq_orm.cli":
+                wrong.append(f"{module} imports {target}")
+    assert wrong == []

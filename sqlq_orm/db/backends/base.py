@@ -118,6 +118,13 @@ class Backend:
     needs_hooks: bool = False
     """Whether the queue's guarantees depend on :attr:`install_hooks` having run on the
     engine (SQLite: foreign keys are off unless each connection turns them on)."""
+    history_in_one_statement: bool = False
+    """Whether a change and the attempt rows and events it writes may go out as one
+    statement (data-modifying ``WITH``, PostgreSQL): one round trip per batch."""
+    serialize_writes: bool = False
+    """Whether the queue's own writes in one process take turns on a Python lock first
+    (:mod:`sqlq_orm.db.write_locks`): for a database with one writer at a time, whose
+    busy wait sleeps (SQLite)."""
     connections_share_database: Callable[[URL], bool] = _one_database_for_all
     """Whether every connection to this URL sees the same database (not so for an
     in-memory SQLite database, which exists once per connection)."""

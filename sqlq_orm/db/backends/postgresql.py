@@ -121,6 +121,7 @@ BACKEND = Backend(
     bind_tokens=list,
     lock_rows=_lock_rows,
     rows_changed=lambda connection, result: int(result.rowcount),
+    history_in_one_statement=True,
     maintenance=_maintenance,
     autocommit=("autocommit", True),
     # READ COMMITTED takes a new snapshot per statement; checks that join several

@@ -24,9 +24,11 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from sqlq_orm.db.backends.base import Backend, MaintenanceStatement, WakeListener
 from sqlq_orm.db.clock import epoch_now
+from sqlq_orm.db.write_locks import BUSY_TIMEOUT_OPTION
 from sqlq_orm.errors import InvalidInput, SqlqError
 
 BEGIN_OPTION = "sqlq_sqlite_begin"
+
 """Execution option naming the ``BEGIN`` mode of a SQLite transaction."""
 
 _BEGIN_MODES = frozenset({"IMMEDIATE", "DEFERRED", "EXCLUSIVE"})
@@ -57,6 +59,7 @@ def is_file(url: sqlalchemy.URL) -> bool:
 def install_hooks(engine: Engine, busy_timeout_ms: int) -> None:
     """PRAGMAs on every new connection; ``BEGIN`` in the mode the connection asks for."""
     use_wal = is_file(engine.url)
+    engine.update_execution_options(**{BUSY_TIMEOUT_OPTION: int(busy_timeout_ms)})
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, connection_record: Any) -> None:
@@ -319,6 +322,7 @@ BACKEND = Backend(
     suspend_foreign_keys=_suspend_foreign_keys,
     connections_share_database=is_file,
     needs_hooks=True,
+    serialize_writes=True,
     keep_index_order=_keep_index_order,
     descending_index_columns=_descending_index_columns,
     open_wake_listener=_open_wake_listener,

@@ -18,6 +18,7 @@ from sqlq_orm.db.statements.admin import AdminStatements
 from sqlq_orm.db.statements.base import ACTIVE_VALUES, HELD_VALUES
 from sqlq_orm.db.statements.claim import ClaimStatements, row_number
 from sqlq_orm.db.statements.enqueue import EnqueueStatements
+from sqlq_orm.db.statements.history import HistoryStatements
 from sqlq_orm.db.statements.leases import LeasesStatements
 from sqlq_orm.db.statements.schedules import ScheduleStatements
 from sqlq_orm.db.statements.sweep import SweepStatements
@@ -28,6 +29,7 @@ class Statements(
     EnqueueStatements,
     ClaimStatements,
     LeasesStatements,
+    HistoryStatements,
     SweepStatements,
     AdminStatements,
     ScheduleStatements,
@@ -39,6 +41,7 @@ class Statements(
         self._build_enqueue()
         self._build_claim_group()
         self._build_leases()
+        self._build_history()
         self._build_sweep()
         self._build_admin()
         self._build_schedules()

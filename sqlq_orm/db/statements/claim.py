@@ -22,7 +22,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.elements import ColumnElement
 
-from sqlq_orm.db.statements.base import StatementGroup
+from sqlq_orm.db.statements.history import HistoryStatements
 from sqlq_orm.schema.states import JobStatus
 
 
@@ -31,13 +31,14 @@ def row_number() -> ColumnElement[int]:
     return func.row_number(type_=Integer).over()
 
 
-class ClaimStatements(StatementGroup):
+class ClaimStatements(HistoryStatements):
     """The claim, for one queue or several merged (built on first use per count)."""
 
     def _build_claim_group(self) -> None:
         # -- claim -----------------------------------------------------------------
-        self.claim = self._build_claim(start=False)
-        self.claim_and_start = self._build_claim(start=True)
+        self.history_in_one_statement = self.dialect.history_in_one_statement
+        self.claim = self._recorded_claim(self._build_claim(start=False), start=False)
+        self.claim_and_start = self._recorded_claim(self._build_claim(start=True), start=True)
         # Claims that merge one pick per queue, built on first use per queue count.
         self._merged_claims: dict[tuple[int, bool], Any] = {}
         # -- when the next queued job is due (an idle worker sleeps until then) ------
@@ -48,16 +49,28 @@ class ClaimStatements(StatementGroup):
         )
 
     def claim_for(self, queues: Sequence[str], *, start: bool) -> tuple[Any, dict[str, Any]]:
-        """The claim statement for these (distinct) queues and the parameters naming them."""
+        """The claim statement for these (distinct) queues and the parameters naming them.
+
+        Where the backend allows (:attr:`history_in_one_statement`), the statement also
+        writes the claim's attempt rows and events; otherwise the caller writes them
+        with :meth:`claim_history` statements.
+        """
         if len(queues) > 1:
             key = (len(queues), start)
             statement = self._merged_claims.get(key)
             if statement is None:
                 # A race here only builds the same statement twice.
-                statement = self._build_claim(start=start, merged_queues=len(queues))
+                statement = self._recorded_claim(
+                    self._build_claim(start=start, merged_queues=len(queues)), start=start
+                )
                 self._merged_claims[key] = statement
             return statement, {f"p_queue_{i}": name for i, name in enumerate(queues)}
         return (self.claim_and_start if start else self.claim), {"p_queues": list(queues)}
+
+    def _recorded_claim(self, claim: Any, *, start: bool) -> Any:
+        if not self.history_in_one_statement:
+            return claim
+        return self.with_history(claim, lambda source: self.claim_history(source, start=start))
 
     def _ready_jobs(self, queue_filter: ColumnElement[bool], *columns: Any) -> Any:
         """Ready jobs in claim order, at most ``p_limit`` of them."""
@@ -133,6 +146,7 @@ class ClaimStatements(StatementGroup):
                 j.payload,
                 j.payload_ref,
                 j.attempt_count,
+                j.claimed_by,
                 j.retry_count,
                 j.max_retries,
                 j.max_runtime_seconds,

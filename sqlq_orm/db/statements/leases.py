@@ -12,11 +12,12 @@ from sqlalchemy import (
     update,
 )
 
-from sqlq_orm.db.statements.base import HELD_VALUES, StatementGroup, lease_cleared, status_in
+from sqlq_orm.db.statements.base import HELD_VALUES, lease_cleared, status_in
+from sqlq_orm.db.statements.history import HistoryStatements
 from sqlq_orm.schema.states import AttemptStatus, JobStatus
 
 
-class LeasesStatements(StatementGroup):
+class LeasesStatements(HistoryStatements):
     """Calls under a lease: start, heartbeat, finish, fail, release; attempt rows."""
 
     def _build_leases(self) -> None:
@@ -58,6 +59,30 @@ class LeasesStatements(StatementGroup):
             .values(heartbeat_at=now, lease_expires_at=now + bindparam("p_lease_seconds"))
             .returning(j.lease_expires_at)
         )
+        # heartbeat_many: the same guard for every held lease at once; RETURNING names
+        # the leases renewed. "id IN" as well, for the primary-key lookup (as below).
+        self.heartbeat_batch = (
+            update(jobs)
+            .where(
+                j.id.in_(bindparam("p_ids", expanding=True)),
+                tuple_(j.id, j.lease_token).in_(bindparam("p_pairs", expanding=True)),
+                status_in(j.status, HELD_VALUES),
+                or_(j.deadline_at.is_(None), j.deadline_at > now),
+            )
+            .values(heartbeat_at=now, lease_expires_at=now + bindparam("p_lease_seconds"))
+            .returning(j.id, j.lease_expires_at)
+        )
+        # Why a renewal was refused, for the leases heartbeat_batch did not return:
+        # still ours but past its max runtime, or lost.
+        self.lease_states = select(
+            j.id,
+            and_(
+                status_in(j.status, HELD_VALUES),
+                tuple_(j.id, j.lease_token).in_(bindparam("p_pairs", expanding=True)),
+                j.deadline_at.is_not(None),
+                j.deadline_at <= now,
+            ),
+        ).where(j.id.in_(bindparam("p_ids", expanding=True)))
         self.lease_state = select(
             j.status,
             j.lease_token == bindparam("p_token"),
@@ -96,7 +121,13 @@ class LeasesStatements(StatementGroup):
                 error_detail=None,
                 **lease_cleared(),
             )
-            .returning(j.id)
+            .returning(j.id, j.attempt_count, j.claimed_by)
+        )
+        # The same with the attempt closes and events in the statement, where allowed.
+        self.succeed_batch_with_history = (
+            self.with_history(self.succeed_batch, self.success_history)
+            if self.dialect.history_in_one_statement
+            else None
         )
         self.requeue_for_retry = (
             update(jobs)

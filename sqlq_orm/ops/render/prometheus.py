@@ -1,12 +1,14 @@
 """Stats in the Prometheus text exposition format, for scraping.
 
-A small exporter written here: the format is a few lines of text, and
-``prometheus_client`` would add a dependency for no gain. Every metric is a gauge.
+:func:`stats_gauges` lists every gauge (all metrics are gauges); :func:`render_stats_prometheus`
+writes them as text for ``sqlq stats --format prometheus`` without a dependency, and the
+dashboard's ``/metrics`` hands the same gauges to ``prometheus_client``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from sqlq_orm.ops.render.text import STATUS_ORDER
@@ -18,28 +20,50 @@ def _label(value: object) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-class _Exposition:
-    """Collects samples grouped by metric, each with its HELP and TYPE lines."""
+@dataclass(frozen=True)
+class GaugeFamily:
+    """One metric: its name, its HELP text and its samples (labels, value)."""
+
+    name: str
+    help: str
+    samples: list[tuple[dict[str, str], float]]
+
+
+class _Families:
+    """Collects the gauges in the order they are declared."""
 
     def __init__(self) -> None:
-        self.lines: list[str] = []
+        self.families: list[GaugeFamily] = []
 
     def metric(
         self, name: str, help_text: str, samples: Iterable[tuple[dict[str, Any], float | int]]
     ) -> None:
-        self.lines.append(f"# HELP {name} {help_text}")
-        self.lines.append(f"# TYPE {name} gauge")
-        for labels, value in samples:
-            rendered = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
-            self.lines.append(f"{name}{{{rendered}}} {value}" if rendered else f"{name} {value}")
-
-    def text(self) -> str:
-        return "\n".join(self.lines) + "\n"
+        self.families.append(
+            GaugeFamily(
+                name,
+                help_text,
+                [({k: str(v) for k, v in labels.items()}, value) for labels, value in samples],
+            )
+        )
 
 
 def render_stats_prometheus(stats: QueueStats) -> str:
     """Stats in the Prometheus text exposition format (all gauges)."""
-    out = _Exposition()
+    lines: list[str] = []
+    for family in stats_gauges(stats):
+        lines.append(f"# HELP {family.name} {family.help}")
+        lines.append(f"# TYPE {family.name} gauge")
+        for labels, value in family.samples:
+            rendered = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
+            lines.append(
+                f"{family.name}{{{rendered}}} {value}" if rendered else f"{family.name} {value}"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def stats_gauges(stats: QueueStats) -> list[GaugeFamily]:
+    """Every gauge the stats give, for this renderer and for ``prometheus_client``."""
+    out = _Families()
     out.metric(
         "sqlq_jobs",
         "Jobs by queue and status.",
@@ -140,4 +164,4 @@ def render_stats_prometheus(stats: QueueStats) -> str:
         "Finished jobs past their retention (what prune would delete).",
         (({"status": r.status}, r.due_for_prune) for r in stats.retention),
     )
-    return out.text()
+    return out.families

@@ -1,0 +1,100 @@
+"""Build the dashboard: one ASGI app over one queue.
+
+A host mounts it under a prefix (Starlette ``Mount("/jobs", app)``, FastAPI
+``app.mount("/jobs", ...)``, or a WSGI host through ``a2wsgi.ASGIMiddleware``);
+``sqlq dashboard`` serves it with uvicorn on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.engine import Engine
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from sqlq_orm.dashboard.actions import Actions
+from sqlq_orm.dashboard.metrics import exposition, metrics_registry
+from sqlq_orm.dashboard.pages import Pages
+from sqlq_orm.dashboard.rendering import Renderer, make_environment
+from sqlq_orm.dashboard.security import Authorize, CsrfTokens, loopback_only
+from sqlq_orm.db.tables import Models
+from sqlq_orm.errors import InvalidInput
+from sqlq_orm.queue.queue import Queue
+
+DEFAULT_REFRESH_SECONDS = 5
+
+
+class _Authorization:
+    """Asks ``authorize(request)`` before anything else; False answers 403."""
+
+    def __init__(self, app: ASGIApp, authorize: Authorize) -> None:
+        self.app = app
+        self.authorize = authorize
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not self.authorize(Request(scope)):
+            response = PlainTextResponse("403 Forbidden: not authorised", status_code=403)
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def create_app(
+    queue: Queue | Engine,
+    *,
+    models: Models | None = None,
+    enable_actions: bool = False,
+    authorize: Authorize | None = None,
+    secret: bytes | None = None,
+    refresh_seconds: int = DEFAULT_REFRESH_SECONDS,
+) -> ASGIApp:
+    """The dashboard for ``queue`` (a :class:`~sqlq_orm.Queue`, or an engine plus the
+    app's ``models``) as an ASGI app.
+
+    Read-only unless ``enable_actions``. ``authorize(request) -> bool`` is asked on
+    every request; without it only loopback clients get in. ``secret`` signs the CSRF
+    tokens (default: random per process; pass one shared by every process when the
+    host runs several behind one address). Pages refresh themselves every
+    ``refresh_seconds`` (0: never).
+    """
+    if isinstance(queue, Engine):
+        queue = Queue(queue, models=models)
+    elif models is not None:
+        raise InvalidInput("pass models= with an engine, not with a Queue (it has its own)")
+    if isinstance(refresh_seconds, bool) or not isinstance(refresh_seconds, int):
+        raise InvalidInput(f"refresh_seconds must be an integer, got {refresh_seconds!r}")
+    if refresh_seconds < 0:
+        raise InvalidInput(f"refresh_seconds must be >= 0, got {refresh_seconds}")
+    csrf = CsrfTokens(secret)
+    renderer = Renderer(
+        make_environment(), csrf, actions_enabled=enable_actions, refresh_seconds=refresh_seconds
+    )
+    pages = Pages(queue, renderer)
+    actions = Actions(queue, renderer, csrf, enabled=enable_actions)
+    registry = metrics_registry(queue.stats)
+
+    async def metrics(request: Request) -> Response:
+        body, content_type = await run_in_threadpool(
+            exposition, registry, request.headers.get("accept")
+        )
+        return Response(body, media_type=content_type)
+
+    app: Any = Starlette(
+        routes=[
+            Route("/", pages.overview, name="overview"),
+            Route("/jobs", pages.jobs, name="jobs"),
+            Route("/jobs/{job_id:int}", pages.job, name="job"),
+            Route("/workers", pages.workers, name="workers"),
+            Route("/metrics", metrics, name="metrics"),
+            Route("/actions/{action}", actions.confirm, methods=["GET"], name="confirm"),
+            Route("/actions/{action}", actions.perform, methods=["POST"], name="perform"),
+            Mount("/static", StaticFiles(packages=[("sqlq_orm.dashboard", "static")])),
+        ]
+    )
+    return _Authorization(app, authorize or loopback_only)

@@ -1,0 +1,158 @@
+"""The read-only pages: overview, jobs list, job detail, workers.
+
+Each handler reads through :mod:`sqlq_orm.ops` in a worker thread (the database calls
+block) and renders one template. Query parameters are checked the way the library
+checks its arguments: a bad one answers 400 naming the parameter and the value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+
+from sqlq_orm.dashboard.charts import Series, stacked_bars
+from sqlq_orm.dashboard.rendering import Renderer
+from sqlq_orm.errors import InvalidInput, JobNotFound
+from sqlq_orm.ops.history import History, finished_history
+from sqlq_orm.ops.joblist import JobFilter, list_jobs
+from sqlq_orm.ops.render.text import STATUS_ORDER
+from sqlq_orm.ops.timeline import job_timeline
+from sqlq_orm.queue.queue import Queue
+from sqlq_orm.schema.states import TERMINAL, JobStatus
+
+FILTER_PARAMS = ("status", "queue", "type", "error_code", "id", "dedupe_key")
+
+
+def parse_int(name: str, text: str | None) -> int | None:
+    """A positive integer query parameter (blank means absent)."""
+    if text is None or not text.strip():
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise InvalidInput(f"{name} must be a whole number, got {text!r}") from None
+    if value < 1:
+        raise InvalidInput(f"{name} must be >= 1, got {value}")
+    return value
+
+
+def parse_filter(params: Mapping[str, str]) -> JobFilter:
+    """The jobs filter from query or form fields; blank fields are ignored."""
+
+    def text(name: str) -> str | None:
+        value = params.get(name)
+        return value if value and value.strip() else None
+
+    return JobFilter(
+        status=text("status"),
+        queue=text("queue"),
+        type=text("type"),
+        error_code=text("error_code"),
+        job_id=parse_int("id", params.get("id")),
+        dedupe_key=text("dedupe_key"),
+    )
+
+
+def filter_params(job_filter: JobFilter) -> dict[str, str]:
+    """The filter back as query parameters (only the fields that are set)."""
+    values = {
+        "status": job_filter.status,
+        "queue": job_filter.queue,
+        "type": job_filter.type,
+        "error_code": job_filter.error_code,
+        "id": None if job_filter.job_id is None else str(job_filter.job_id),
+        "dedupe_key": job_filter.dedupe_key,
+    }
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def history_charts(history: History) -> dict[str, Any]:
+    labels = [datetime.fromtimestamp(b.start, UTC).strftime("%H:%M") for b in history.buckets]
+    bucket_minutes = history.buckets[0].seconds // 60 if history.buckets else 1
+    finished = stacked_bars(
+        labels,
+        [
+            Series("succeeded", "ok", [b.succeeded for b in history.buckets]),
+            Series("failed", "bad", [b.failed for b in history.buckets]),
+            Series("cancelled", "muted", [b.cancelled for b in history.buckets]),
+        ],
+        title=f"Jobs finished per {bucket_minutes} min, last hour",
+    )
+    failures = stacked_bars(
+        labels,
+        [Series("failed", "bad", [b.failed for b in history.buckets])],
+        title=f"Jobs failed per {bucket_minutes} min, last hour",
+    )
+    return {"finished_chart": finished, "failures_chart": failures}
+
+
+class Pages:
+    """The GET handlers, over one queue."""
+
+    def __init__(self, queue: Queue, renderer: Renderer) -> None:
+        self.queue = queue
+        self.render = renderer
+
+    def _bad_request(self, request: Request, error: InvalidInput) -> Response:
+        return self.render.page(
+            request, "error.html", status_code=400, refresh=False, message=str(error)
+        )
+
+    async def overview(self, request: Request) -> Response:
+        stats, history = await run_in_threadpool(
+            lambda: (self.queue.stats(), finished_history(self.queue))
+        )
+        return self.render.page(
+            request,
+            "overview.html",
+            stats=stats,
+            statuses=STATUS_ORDER,
+            **history_charts(history),
+        )
+
+    async def jobs(self, request: Request) -> Response:
+        try:
+            job_filter = parse_filter(request.query_params)
+            before = parse_int("before", request.query_params.get("before"))
+            page = await run_in_threadpool(list_jobs, self.queue, job_filter, before=before)
+        except InvalidInput as error:
+            return self._bad_request(request, error)
+        return self.render.page(
+            request,
+            "jobs.html",
+            page=page,
+            job_filter=job_filter,
+            params=filter_params(job_filter),
+            statuses=STATUS_ORDER,
+            before=before,
+        )
+
+    async def job(self, request: Request) -> Response:
+        job_id = int(request.path_params["job_id"])
+        try:
+            timeline = await run_in_threadpool(job_timeline, self.queue, job_id)
+        except JobNotFound:
+            return self.render.page(
+                request,
+                "error.html",
+                status_code=404,
+                refresh=False,
+                message=f"there is no job with id {job_id}",
+            )
+        status = JobStatus(timeline.job.status)
+        return self.render.page(
+            request,
+            "job.html",
+            t=timeline,
+            can_retry=status in (JobStatus.FAILED, JobStatus.CANCELLED),
+            can_cancel=status not in TERMINAL,
+        )
+
+    async def workers(self, request: Request) -> Response:
+        stats = await run_in_threadpool(self.queue.stats)
+        return self.render.page(request, "workers.html", stats=stats)

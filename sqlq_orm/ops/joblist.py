@@ -1,0 +1,231 @@
+"""Browse jobs newest first, filtered, one page at a time, without OFFSET.
+
+:func:`list_jobs` pages by id (keyset): a page is "the newest jobs below id X that match
+the filter". A filter is not always served by an index (the schema has none on
+``(status, id)`` or ``(queue, id)``), and a rare match would make a plain
+``ORDER BY id DESC LIMIT n`` walk the whole table looking for it. So each page reads
+the primary key in id ranges of at most :data:`SCAN_CHUNK` ids, from the top down, and
+stops after :data:`MAX_SCAN_CHUNKS` of them: the work per page is bounded whatever the
+filter and the table size. A page that stops early says where it stopped
+(:attr:`JobPage.next_before`), and the next page resumes there.
+
+:func:`matching_ids` lists the jobs a bulk action (retry or cancel a filtered
+selection) applies to, capped at :data:`MAX_SELECTION`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.engine import Connection
+from sqlalchemy.sql import ColumnElement, Select
+
+from sqlq_orm.core import validation
+from sqlq_orm.db.context import HasContext, QueueContext, context_of
+from sqlq_orm.db.tables import Tables
+from sqlq_orm.errors import InvalidInput
+from sqlq_orm.schema.mixins import DEDUPE_KEY_MAX, ERROR_CODE_MAX, QUEUE_MAX, TYPE_MAX
+from sqlq_orm.schema.states import JobStatus
+
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 500
+SCAN_CHUNK = 100_000
+"""Ids read per range of the primary key while looking for a page's matches."""
+MAX_SCAN_CHUNKS = 3
+"""Ranges read per page at most: a page never reads more than 300,000 ids' rows."""
+MAX_SELECTION = 1000
+"""Jobs one bulk action applies to at most (the newest that match)."""
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """Which jobs to list: every field that is set must match (all None: every job)."""
+
+    status: str | None = None
+    queue: str | None = None
+    type: str | None = None
+    error_code: str | None = None
+    job_id: int | None = None
+    dedupe_key: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.status is not None and self.status not in {s.value for s in JobStatus}:
+            raise InvalidInput(
+                f"status must be one of {', '.join(s.value for s in JobStatus)}, "
+                f"got {self.status!r}"
+            )
+        validation.optional_name("queue", self.queue, QUEUE_MAX)
+        validation.optional_name("type", self.type, TYPE_MAX)
+        validation.optional_name("error_code", self.error_code, ERROR_CODE_MAX)
+        validation.optional_name("dedupe_key", self.dedupe_key, DEDUPE_KEY_MAX)
+        validation.optional_int("job_id", self.job_id, minimum=1)
+
+    @property
+    def is_empty(self) -> bool:
+        return all(value is None for value in self.__dict__.values())
+
+    def conditions(self, tables: Tables) -> list[ColumnElement[bool]]:
+        """The WHERE terms for this filter (bound parameters, never spliced text)."""
+        j = tables.jobs.c
+        terms: list[ColumnElement[bool]] = []
+        for name, column in (
+            ("status", j.status),
+            ("queue", j.queue),
+            ("type", j.type),
+            ("error_code", j.error_code),
+            ("job_id", j.id),
+            ("dedupe_key", j.dedupe_key),
+        ):
+            value = getattr(self, name)
+            if value is not None:
+                terms.append(column == value)
+        return terms
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """One row of the jobs list (no payload, never the lease token)."""
+
+    id: int
+    queue: str
+    type: str
+    status: str
+    priority: int
+    attempt_count: int
+    retry_count: int
+    max_retries: int
+    error_code: str | None
+    dedupe_key: str | None
+    created_at: int
+    run_at: int
+    finished_at: int | None
+    claimed_by: str | None
+
+
+_SUMMARY_COLUMNS = list(JobSummary.__dataclass_fields__)
+
+
+@dataclass(frozen=True)
+class JobPage:
+    """One page of :func:`list_jobs`."""
+
+    jobs: list[JobSummary]
+    next_before: int | None
+    """Pass as ``before`` for the next (older) page; None when no older id is left."""
+    stopped_early: bool = False
+    """The page is short because its scan budget ran out, not because no job is left:
+    ids from :attr:`next_before` down are still to be looked at."""
+
+
+class JobListQueries:
+    """The statements behind :func:`list_jobs` and :func:`matching_ids`."""
+
+    def __init__(self, tables: Tables) -> None:
+        self.tables = tables
+
+    def id_bounds(self) -> Select[Any]:
+        """``min(id)``, ``max(id)``: both ends of the primary key, one lookup each.
+
+        Two subqueries, not ``SELECT min(id), max(id)``: SQLite reads an index end
+        only for a lone min() or max(), and scans the whole table for both at once
+        (200 ms at a million rows instead of well under one).
+        """
+        j = self.tables.jobs.c
+        return select(
+            select(func.min(j.id)).scalar_subquery(), select(func.max(j.id)).scalar_subquery()
+        )
+
+    def page(
+        self, where: list[ColumnElement[bool]], low: int, high: int, limit: int
+    ) -> Select[Any]:
+        """Matches in ``low <= id <= high``, newest first: a bounded primary-key range."""
+        j = self.tables.jobs.c
+        return (
+            select(*(j[name] for name in _SUMMARY_COLUMNS))
+            .where(*where, j.id >= low, j.id <= high)
+            .order_by(j.id.desc())
+            .limit(limit)
+        )
+
+    def selection(self, where: list[ColumnElement[bool]], limit: int) -> Select[Any]:
+        """Ids of the newest matches; with a status term, ``ix_*_failed_code`` and
+        ``ix_*_finished`` (status-leading, id in every SQLite index) serve it."""
+        j = self.tables.jobs.c
+        return select(j.id).where(*where).order_by(j.id.desc()).limit(limit)
+
+
+def _summary(row: Any) -> JobSummary:
+    return JobSummary(**dict(row._mapping))
+
+
+def list_jobs(
+    queue: QueueContext | HasContext,
+    job_filter: JobFilter | None = None,
+    *,
+    before: int | None = None,
+    limit: int = DEFAULT_PAGE_SIZE,
+) -> JobPage:
+    """The newest jobs with an id below ``before`` (all ids when None) that match.
+
+    ``queue`` is a :class:`~sqlq_orm.Queue` or its context. At most ``limit`` jobs
+    (1 to :data:`MAX_PAGE_SIZE`); see the module for how the scan is bounded. Bad
+    arguments raise :class:`~sqlq_orm.errors.InvalidInput`.
+    """
+    job_filter = job_filter or JobFilter()
+    limit = validation.require_int("limit", limit, minimum=1, maximum=MAX_PAGE_SIZE)
+    before = validation.optional_int("before", before, minimum=1)
+    context = context_of(queue)
+    q = JobListQueries(context.tables)
+    where = job_filter.conditions(context.tables)
+    with context.read() as connection:
+        lowest, highest = connection.execute(q.id_bounds()).one()
+        if lowest is None:
+            return JobPage(jobs=[], next_before=None)
+        high = int(highest) if before is None else min(int(highest), before - 1)
+        return _scan(connection, q, where, int(lowest), high, limit)
+
+
+def _scan(
+    connection: Connection,
+    q: JobListQueries,
+    where: list[ColumnElement[bool]],
+    lowest: int,
+    high: int,
+    limit: int,
+) -> JobPage:
+    jobs: list[JobSummary] = []
+    low = high + 1
+    for _ in range(MAX_SCAN_CHUNKS):
+        if high < lowest:
+            break
+        low = max(lowest, high - SCAN_CHUNK + 1)
+        wanted = limit - len(jobs)
+        jobs.extend(_summary(row) for row in connection.execute(q.page(where, low, high, wanted)))
+        if len(jobs) == limit:
+            last = jobs[-1].id
+            return JobPage(jobs=jobs, next_before=last if last > lowest else None)
+        high = low - 1
+    if high < lowest:
+        return JobPage(jobs=jobs, next_before=None)
+    return JobPage(jobs=jobs, next_before=low, stopped_early=True)
+
+
+def matching_ids(
+    queue: QueueContext | HasContext,
+    job_filter: JobFilter,
+    *,
+    limit: int = MAX_SELECTION,
+) -> list[int]:
+    """Ids of the newest jobs (at most ``limit``) that match ``job_filter``, newest first.
+
+    For bulk actions: the caller narrows the filter to the statuses the action applies
+    to (e.g. FAILED for a retry), which a status-leading index serves.
+    """
+    limit = validation.require_int("limit", limit, minimum=1, maximum=MAX_SELECTION)
+    context = context_of(queue)
+    q = JobListQueries(context.tables)
+    with context.read() as connection:
+        rows = connection.execute(q.selection(job_filter.conditions(context.tables), limit))
+        return [int(row.id) for row in rows]

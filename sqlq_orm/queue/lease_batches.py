@@ -1,0 +1,186 @@
+"""Lease calls for many jobs at once: heartbeat, fail and release a whole batch.
+
+A worker holding many leases renews them with one statement and records a batch of
+outcomes in one transaction, instead of one round trip per job. Every job in a batch
+is still fenced on its own (id, lease token, status): a lease no longer held changes
+nothing and is reported for that job alone, and the rest of the batch goes through.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from sqlq_orm.core import error_codes, validation
+from sqlq_orm.core.lease import Lease
+from sqlq_orm.errors import InvalidInput, LeaseLost, MaxRuntimeExceeded
+from sqlq_orm.queue.core import DeferredWrites
+from sqlq_orm.queue.failures import FailureRecording
+from sqlq_orm.queue.types import JobFailure
+from sqlq_orm.schema.states import AttemptStatus, Event, JobStatus
+
+
+class BatchedLeaseCalls(FailureRecording):
+    """``heartbeat_many``, ``fail_many`` and ``release_many``: one transaction a batch."""
+
+    def heartbeat_many(
+        self, leases: Sequence[Lease], lease_seconds: int | None = None
+    ) -> dict[int, int | LeaseLost | MaxRuntimeExceeded]:
+        """Renew every lease in ``leases`` with one statement.
+
+        Returns, per job id, the new ``lease_expires_at`` or the error
+        :meth:`~sqlq_orm.queue.leases.LeaseCalls.heartbeat` would have raised for that
+        job alone (:class:`~sqlq_orm.errors.MaxRuntimeExceeded` or
+        :class:`~sqlq_orm.errors.LeaseLost`). HEARTBEAT events are written as in
+        ``heartbeat``, at most every ``heartbeat_event_interval`` per lease.
+        """
+        by_id = self._distinct_leases(leases, "heartbeat_many")
+        seconds = validation.lease_seconds(
+            self.default_lease_seconds if lease_seconds is None else lease_seconds
+        )
+        if not by_id:
+            return {}
+        params = {
+            "p_ids": list(by_id),
+            "p_pairs": [(lease.job_id, lease.token) for lease in by_id.values()],
+            "p_lease_seconds": seconds,
+        }
+        results: dict[int, int | LeaseLost | MaxRuntimeExceeded] = {}
+        now = time.monotonic()
+        with self._write() as connection:
+            for job_id, expires_at in connection.execute(self.sql.heartbeat_batch, params):
+                results[job_id] = int(expires_at)
+            refused = [job_id for job_id in by_id if job_id not in results]
+            if refused:
+                refused_params = {
+                    "p_ids": refused,
+                    "p_pairs": [(job_id, by_id[job_id].token) for job_id in refused],
+                }
+                over_runtime = {
+                    job_id
+                    for job_id, past_deadline in connection.execute(
+                        self.sql.lease_states, refused_params
+                    )
+                    if past_deadline
+                }
+                for job_id in refused:
+                    lease = by_id[job_id]
+                    results[job_id] = (
+                        MaxRuntimeExceeded(job_id, lease.max_runtime_seconds)
+                        if job_id in over_runtime
+                        else LeaseLost(job_id)
+                    )
+            due = [
+                lease
+                for lease in by_id.values()
+                if isinstance(results[lease.job_id], int)
+                and now - lease.last_heartbeat_event >= self.heartbeat_event_interval
+            ]
+            self._write_events(
+                connection,
+                [
+                    self._event(
+                        lease.job_id,
+                        Event.HEARTBEAT,
+                        lease.worker_id,
+                        {"lease_expires_at": results[lease.job_id]},
+                    )
+                    for lease in due
+                ],
+            )
+        for lease in due:
+            lease.last_heartbeat_event = now
+        for job_id, result in results.items():
+            if isinstance(result, int):
+                by_id[job_id].lease_expires_at = result
+        return results
+
+    def fail_many(self, failures: Sequence[JobFailure]) -> dict[int, JobStatus | None]:
+        """Record a batch of failed runs in one transaction.
+
+        Each failure is recorded exactly as :meth:`~sqlq_orm.queue.leases.LeaseCalls.fail`
+        would (requeued with backoff while retries are left and it is retryable, else
+        FAILED), fenced by its own lease. Returns, per job id, where the job went, or
+        None where the lease was no longer held (nothing was written for that job).
+        An invalid error code anywhere raises :class:`~sqlq_orm.errors.InvalidInput`
+        and nothing is written.
+        """
+        self._distinct_leases([failure.lease for failure in failures], "fail_many")
+        checked = [
+            (
+                failure,
+                error_codes.normalize_error_code(failure.error_code),
+                error_codes.summarize_detail(failure.error_detail),
+            )
+            for failure in failures
+        ]
+        went_to: dict[int, JobStatus | None] = {}
+        if not checked:
+            return went_to
+        writes = DeferredWrites()
+        with self._write() as connection:
+            for failure, code, detail in checked:
+                lease = failure.lease
+                went_to[lease.job_id] = self._end_attempt_with_failure(
+                    connection,
+                    job_id=lease.job_id,
+                    token=lease.token,
+                    seen_status=JobStatus.RUNNING if lease.started else JobStatus.CLAIMED,
+                    attempt=lease.attempt,
+                    worker_id=lease.worker_id,
+                    retry_count=lease.retry_count,
+                    max_retries=lease.max_retries if failure.retryable else lease.retry_count,
+                    code=code,
+                    detail=detail,
+                    actor=lease.worker_id,
+                    deferred=writes,
+                )
+            self._flush(connection, writes)
+        return went_to
+
+    def release_many(
+        self, leases: Sequence[Lease], reason: str = "released by worker"
+    ) -> list[Lease]:
+        """Give a batch of unfinished jobs back to the queue in one transaction.
+
+        As :meth:`~sqlq_orm.queue.leases.LeaseCalls.release` for each (no retry spent,
+        attempt closed as RELEASED, RELEASED event). Returns the leases that were no
+        longer held; nothing was written for them.
+        """
+        by_id = self._distinct_leases(leases, "release_many")
+        lost: list[Lease] = []
+        if not by_id:
+            return lost
+        detail = error_codes.summarize_detail(reason)
+        attempts, events = [], []
+        with self._write() as connection:
+            for lease in by_id.values():
+                if connection.execute(self.sql.release, self._lease_params(lease)).rowcount != 1:
+                    lost.append(lease)
+                    continue
+                if lease.started:
+                    attempts.append(
+                        {
+                            "p_job_id": lease.job_id,
+                            "p_attempt": lease.attempt,
+                            "p_attempt_status": AttemptStatus.RELEASED.value,
+                            "p_code": None,
+                            "p_detail": detail,
+                        }
+                    )
+                events.append(
+                    self._event(lease.job_id, Event.RELEASED, lease.worker_id, {"reason": reason})
+                )
+            if attempts:
+                connection.execute(self.sql.close_open_attempt, attempts)
+            self._write_events(connection, events)
+        return lost
+
+    def _distinct_leases(self, leases: Sequence[Lease], call: str) -> dict[int, Lease]:
+        by_id: dict[int, Lease] = {}
+        for lease in leases:
+            self._lease_params(lease)
+            if lease.job_id in by_id:
+                raise InvalidInput(f"{call} got job {lease.job_id} twice")
+            by_id[lease.job_id] = lease
+        return by_id

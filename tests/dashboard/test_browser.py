@@ -1,0 +1,162 @@
+"""Every page in a real (headless) chromium, against a dashboard served by uvicorn.
+
+Each page is opened, checked for its content and saved as a screenshot artifact; the
+retry button is clicked through its confirmation and the job is QUEUED in the
+database; the page refreshes itself in place.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sqlq_orm.schema.states import JobStatus
+from tests.dashboard.conftest import screenshot
+from tests.dashboard.seed import seed
+
+pytestmark = pytest.mark.browser
+
+
+def backend(queue) -> str:
+    return queue.context.engine.dialect.name
+
+
+def status_of(queue, job_id: int) -> str:
+    return queue.get_job(job_id).status
+
+
+def test_every_page_shows_its_content(serve, page, queue):
+    jobs = seed(queue)
+    served = serve()
+    name = backend(queue)
+
+    page.goto(served.url + "/")
+    assert page.locator("h1").inner_text() == "Overview"
+    assert page.locator("#total-jobs").inner_text() == "5"
+    by_queue = page.locator("#by-queue").inner_text()
+    assert "mail" in by_queue and "media" in by_queue
+    assert "PAYMENT:CARD_DECLINED" in page.locator("#errors").inner_text()
+    assert page.locator("svg.chart").count() == 2
+    assert "expired but not swept" in page.locator("#leases").inner_text()
+    screenshot(page, f"overview-{name}")
+
+    page.goto(served.url + "/jobs")
+    rows = page.locator("#jobs tbody tr")
+    assert rows.count() == 5
+    assert rows.first.locator("td").first.inner_text() == str(jobs.queued)
+    screenshot(page, f"jobs-{name}")
+
+    page.goto(served.url + "/jobs?status=FAILED&type=charge_card")
+    assert page.locator("#jobs tbody tr").count() == 2
+    assert page.locator("select[name=status]").input_value() == "FAILED"
+    screenshot(page, f"jobs-filtered-{name}")
+
+    page.goto(served.url + f"/jobs/{jobs.failed}")
+    assert page.locator("#job-status").inner_text() == "FAILED"
+    assert '"amount": "12.50"' in page.locator("#payload").inner_text()
+    assert "PAYMENT:CARD_DECLINED" in page.locator("#attempts").inner_text()
+    events = page.locator("#events").inner_text()
+    assert "ENQUEUED" in events and "FAILED" in events
+    assert page.locator("#retry").count() == 0  # read-only: no action buttons
+    screenshot(page, f"job-{name}")
+
+    page.goto(served.url + "/workers")
+    workers = page.locator("#workers").inner_text()
+    assert "w-alive" in workers and "box-1" in workers and "alive" in workers
+    assert str(jobs.running) in page.locator("#held").inner_text()
+    screenshot(page, f"workers-{name}")
+
+    page.goto(served.url + "/metrics")
+    assert 'sqlq_jobs{queue="default",status="FAILED"} 2.0' in page.content()
+
+
+def test_the_pages_fit_a_phone_screen(serve, browser, queue):
+    seed(queue)
+    served = serve()
+    context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
+    page = context.new_page()
+    try:
+        for path in ("/", "/jobs", "/workers"):
+            page.goto(served.url + path)
+            # Wide tables scroll inside their own box; the page itself never does.
+            overflow = page.evaluate(
+                "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+            )
+            assert overflow <= 0, f"{path} is {overflow}px wider than the phone"
+        page.goto(served.url + "/")
+        screenshot(page, f"overview-phone-{backend(queue)}")
+    finally:
+        context.close()
+
+
+def test_clicking_retry_on_a_failed_job_queues_it(serve, page, queue):
+    jobs = seed(queue)
+    served = serve(enable_actions=True)
+    page.goto(served.url + f"/jobs/{jobs.failed}")
+    page.click("#retry")
+    assert page.locator("h1").inner_text() == "Retry?"
+    assert status_of(queue, jobs.failed) == JobStatus.FAILED  # asking changed nothing
+    screenshot(page, f"confirm-retry-{backend(queue)}")
+    page.click("#confirm")
+    assert page.locator("#outcome").inner_text() == "1 job retried."
+    assert status_of(queue, jobs.failed) == JobStatus.QUEUED
+    assert status_of(queue, jobs.failed_too) == JobStatus.FAILED
+    page.goto(served.url + f"/jobs/{jobs.failed}")
+    assert page.locator("#job-status").inner_text() == "QUEUED"
+    assert "RETRIED by dashboard" in page.locator("#events").inner_text()
+
+
+def test_retrying_a_filtered_selection_queues_every_match(serve, page, queue):
+    jobs = seed(queue)
+    served = serve(enable_actions=True)
+    page.goto(served.url + "/jobs?error_code=PAYMENT:CARD_DECLINED")
+    page.click("text=Retry matching…")
+    assert page.locator("#count").inner_text() == "2"
+    page.click("#confirm")
+    assert page.locator("#outcome").inner_text() == "2 jobs retried."
+    assert status_of(queue, jobs.failed) == JobStatus.QUEUED
+    assert status_of(queue, jobs.failed_too) == JobStatus.QUEUED
+    assert status_of(queue, jobs.succeeded) == JobStatus.SUCCEEDED
+
+
+def test_cancelling_from_the_job_page_cancels_it(serve, page, queue):
+    jobs = seed(queue)
+    served = serve(enable_actions=True)
+    page.goto(served.url + f"/jobs/{jobs.queued}")
+    page.click("#cancel")
+    page.click("#confirm")
+    assert page.locator("#outcome").inner_text() == "1 job cancelled."
+    assert status_of(queue, jobs.queued) == JobStatus.CANCELLED
+
+
+def test_the_overview_refreshes_itself_without_reloading(serve, page, queue):
+    seed(queue)
+    served = serve(refresh_seconds=1)
+    page.goto(served.url + "/")
+    assert page.locator("#total-jobs").inner_text() == "5"
+    page.evaluate("window.loadedOnce = true")
+    queue.enqueue("send_email", {"to": "cy@example.com"})
+    # Playwright polls the element until the refresh lands (no fixed sleep).
+    page.locator("#total-jobs", has_text="6").wait_for(timeout=30_000)
+    assert page.evaluate("window.loadedOnce") is True  # same document: no reload
+
+
+def test_a_form_sent_without_its_csrf_token_changes_nothing(serve, page, queue):
+    jobs = seed(queue)
+    served = serve(enable_actions=True)
+    page.goto(served.url + f"/actions/retry?job={jobs.failed}")
+    page.evaluate("document.querySelector('input[name=csrf_token]').remove()")
+    page.click("#confirm")
+    assert "CSRF token is missing" in page.locator("#error").inner_text()
+    assert status_of(queue, jobs.failed) == JobStatus.FAILED
+
+
+def test_a_read_only_dashboard_offers_no_actions_and_refuses_them(serve, page, queue):
+    jobs = seed(queue)
+    served = serve(enable_actions=False)
+    page.goto(served.url + f"/jobs/{jobs.failed}")
+    assert page.locator("#retry").count() == 0
+    assert "read-only" in page.locator("header .mode").inner_text()
+    response = page.goto(served.url + f"/actions/retry?job={jobs.failed}")
+    assert response.status == 403
+    assert "actions are disabled" in page.locator("#error").inner_text()
+    assert status_of(queue, jobs.failed) == JobStatus.FAILED
