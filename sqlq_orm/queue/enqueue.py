@@ -20,6 +20,19 @@ from sqlq_orm.schema.states import Event
 _DEDUPE_ROUNDS = 5
 """Lookups and re-inserts an enqueue with a dedupe_key tries before giving up."""
 
+_ARRAY_COLUMNS = (
+    "queue",
+    "type",
+    "priority",
+    "payload",
+    "payload_ref",
+    "run_at",
+    "delay",
+    "max_retries",
+    "max_runtime_seconds",
+)
+"""The per-job parameters ``insert_jobs_from_arrays`` takes, one array each."""
+
 
 class Enqueueing(QueueCore):
     """Adding jobs, each with its ENQUEUED event in the same transaction."""
@@ -244,6 +257,18 @@ class Enqueueing(QueueCore):
         """Insert the jobs at ``indexes`` (same app columns ``names``); ids in that order."""
         statement = self.sql.insert_job
         rows = [prepared[i][0] for i in indexes]
+        if not names and self.sql.insert_jobs_from_arrays is not None:
+            # One short statement with an array per column; rows are numbered in
+            # array order, and RETURNING gives ids in that order once sorted (below).
+            arrays = {
+                f"a_{column}": [row[f"p_{column}"] for row in rows] for column in _ARRAY_COLUMNS
+            }
+            ids = sorted(
+                int(row[0]) for row in connection.execute(self.sql.insert_jobs_from_arrays, arrays)
+            )
+            if len(ids) != len(rows):
+                raise SqlqError(f"inserted {len(ids)} of {len(rows)} jobs; rolled back")
+            return ids
         if names:
             statement = statement.values({name: bindparam(f"p_app_{name}") for name in names})
             rows = [
