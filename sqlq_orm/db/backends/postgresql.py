@@ -136,6 +136,7 @@ BACKEND = Backend(
     rows_changed=lambda connection, result: int(result.rowcount),
     history_in_one_statement=True,
     rows_from_arrays=_rows_from_arrays,
+    json_string=lambda text: cast(func.to_json(text), Text),
     maintenance=_maintenance,
     autocommit=("autocommit", True),
     # READ COMMITTED takes a new snapshot per statement; checks that join several

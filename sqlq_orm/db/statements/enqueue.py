@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     BigInteger,
     and_,
@@ -14,7 +16,7 @@ from sqlalchemy import (
 )
 
 from sqlq_orm.db.statements.base import ACTIVE_VALUES, StatementGroup, status_in
-from sqlq_orm.schema.states import JobStatus
+from sqlq_orm.schema.states import Event, JobStatus
 
 CHANNEL_MAX = 63
 """PostgreSQL truncates longer channel names (NAMEDATALEN - 1)."""
@@ -62,7 +64,8 @@ class EnqueueStatements(StatementGroup):
         )
         # enqueue_many on a backend that takes rows as arrays: the same values, one
         # bound array per column (a_<column>), for jobs without dedupe key or app columns.
-        self.insert_jobs_from_arrays = None
+        self.insert_jobs_from_arrays: Any = None
+        self.bulk_insert_writes_events = False
         if dialect.rows_from_arrays is not None:
             rows = dialect.rows_from_arrays(
                 [
@@ -95,8 +98,32 @@ class EnqueueStatements(StatementGroup):
             self.insert_jobs_from_arrays = (
                 insert(jobs)
                 .from_select(list(from_arrays), select(*from_arrays.values()).order_by(r.ord))
-                .returning(j.id)
+                .returning(j.id, j.queue, j.type)
             )
+            if dialect.history_in_one_statement and dialect.json_string is not None:
+                # Their ENQUEUED events in the same statement ({"queue":..,"type":..},
+                # actor :p_actor): one round trip for the whole batch.
+                inserted = self.insert_jobs_from_arrays.cte("inserted")
+                c = inserted.c
+                detail = (
+                    literal('{"queue":')
+                    + dialect.json_string(c.queue)
+                    + literal(',"type":')
+                    + dialect.json_string(c.type)
+                    + literal("}")
+                )
+                logged = (
+                    insert(events)
+                    .from_select(
+                        ["job_id", "ts", "event", "actor", "detail"],
+                        select(
+                            c.id, now, literal(Event.ENQUEUED.value), bindparam("p_actor"), detail
+                        ).order_by(c.id),
+                    )
+                    .cte("logged")
+                )
+                self.insert_jobs_from_arrays = select(c.id, c.queue, c.type).add_cte(logged)
+                self.bulk_insert_writes_events = True
         self.insert_event = insert(events).values(
             job_id=bindparam("p_job_id"),
             ts=now,
