@@ -34,8 +34,9 @@ class Prepared:
 
     def __init__(self, statement: Any, dialect: Dialect) -> None:
         compiled = statement.compile(dialect=dialect)
+        self.template = compiled.string
         self.expanding = set(_POSTCOMPILE.findall(compiled.string))
-        # One value per expanding IN list (the bench claims from one queue).
+        # With one value per expanding IN list (the usual case): the SQL as run.
         self.sql = _POSTCOMPILE.sub("(?)", compiled.string)
         self.names: list[str] = list(compiled.positiontup or [])
         self.defaults = {
@@ -45,13 +46,22 @@ class Prepared:
         }
 
     def params(self, values: dict[str, Any]) -> tuple[Any, ...]:
-        out = []
+        out: list[Any] = []
         for name in self.names:
             value = values[name] if name in values else self.defaults.get(name)
             if name in self.expanding:
-                (value,) = value
-            out.append(value)
+                out.extend(value)
+            else:
+                out.append(value)
         return tuple(out)
+
+    def render(self, values: dict[str, Any]) -> str:
+        """The SQL for these values: each expanding IN list with as many ``?`` as values."""
+        if not self.expanding:
+            return self.sql
+        return _POSTCOMPILE.sub(
+            lambda match: "(" + ", ".join("?" * len(values[match.group(1)])) + ")", self.template
+        )
 
 
 def _detail(detail: dict[str, Any]) -> str:
@@ -89,6 +99,9 @@ class RawSqliteQueue:
             self.claim_and_start_sql = prepare(sql.claim_and_start)
         self.start_sql = prepare(sql.start)
         self.open_attempt = prepare(sql.open_attempt)
+        self.open_attempts_of_batch = prepare(sql.open_attempts_of_batch)
+        self.claim_events_of_batch = prepare(sql.claim_events_of_batch)
+        self.claim_and_start_events_of_batch = prepare(sql.claim_and_start_events_of_batch)
         self.succeed_sql = prepare(sql.succeed)
         self.close_attempt = prepare(sql.close_attempt_upsert)
         self.default_max_retries = sql.default_max_retries
@@ -111,9 +124,10 @@ class RawSqliteQueue:
 
     # Recording is off while timing, so it costs nothing then.
     def _run(self, prepared: Prepared, values: dict[str, Any]) -> sqlite3.Cursor:
+        sql = prepared.render(values)
         if self.record:
-            self.statements.append(prepared.sql)
-        return self.connection.execute(prepared.sql, prepared.params(values))
+            self.statements.append(sql)
+        return self.connection.execute(sql, prepared.params(values))
 
     def _run_many(self, prepared: Prepared, rows: list[dict[str, Any]]) -> None:
         if self.record:
@@ -211,31 +225,16 @@ class RawSqliteQueue:
                     )
                     for row in rows
                 ]
-                events = []
-                for lease in leases:
-                    events.append(
-                        self._event(lease.job_id, "CLAIMED", worker_id,
-                                    {"attempt": lease.attempt, "lease_seconds": lease_seconds})
-                    )  # fmt: skip
-                    if start:
-                        events.append(
-                            self._event(
-                                lease.job_id, "STARTED", worker_id, {"attempt": lease.attempt}
-                            )
-                        )
+                # Attempt rows and events in SQL from the claimed rows, as the service.
+                history = {
+                    "p_ids": [lease.job_id for lease in leases],
+                    "p_lease_seconds": lease_seconds,
+                }
                 if start:
-                    self._run_many(
-                        self.open_attempt,
-                        [
-                            {
-                                "p_job_id": lease.job_id,
-                                "p_attempt": lease.attempt,
-                                "p_worker": worker_id,
-                            }
-                            for lease in leases
-                        ],
-                    )
-                self._run_many(self.insert_event, events)
+                    self._run(self.open_attempts_of_batch, history)
+                    self._run(self.claim_and_start_events_of_batch, history)
+                else:
+                    self._run(self.claim_events_of_batch, history)
             self._plain("COMMIT")
         except BaseException:
             self.connection.rollback()

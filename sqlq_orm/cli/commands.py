@@ -113,6 +113,7 @@ def worker(
     handlers: str,
     queues: Sequence[str] | None = None,
     concurrency: int = 1,
+    prefetch: int | None = None,
     lease: int = 30,
     heartbeat: float | None = None,
     poll: float = 1.0,
@@ -134,9 +135,9 @@ def worker(
     from sqlq_orm.worker.runtime import Worker
 
     registry = load_registry(handlers)
-    # Job threads, the heartbeat thread and the claim loop each may hold a connection;
-    # pre-ping because a server or proxy may close a connection that sat idle between
-    # heartbeats.
+    # The claim loop, the completer, the heartbeat thread, the sweeper and a handler
+    # that uses the queue may each hold a connection; pre-ping because a server or proxy
+    # may close a connection that sat idle between heartbeats.
     queue = open_queue(
         db,
         models=models,
@@ -150,6 +151,7 @@ def worker(
             registry,
             queues=queues or ["default"],
             concurrency=concurrency,
+            prefetch=prefetch,
             lease_seconds=lease,
             heartbeat_interval=heartbeat,
             poll_interval=poll,

@@ -137,6 +137,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="queue to serve (repeatable; default: default)",
     )  # fmt: skip
     p.add_argument("--concurrency", type=int, default=1, help="jobs at once (default 1)")
+    p.add_argument(
+        "--prefetch",
+        type=int,
+        default=None,
+        help="claimed jobs that may wait for a free thread, at most (default 100; "
+        "only as many as the threads reach in 0.25 s at the handlers' pace)",
+    )
     p.add_argument("--lease", type=int, default=30, metavar="SECONDS", help="lease (default 30)")
     p.add_argument("--heartbeat", type=float, metavar="SECONDS", help="default: lease / 3")
     p.add_argument(

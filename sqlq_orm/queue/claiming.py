@@ -96,6 +96,6 @@ class Claiming(QueueCore):
             lease_expires_at=row.lease_expires_at,
             deadline_at=row.deadline_at,
             started=started,
-            columns={c.key: row._mapping[c] for c in self.sql.app_columns},
+            columns={c.key: row._mapping[c.name] for c in self.sql.app_columns},
             last_heartbeat_event=time.monotonic(),
         )

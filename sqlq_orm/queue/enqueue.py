@@ -20,6 +20,19 @@ from sqlq_orm.schema.states import Event
 _DEDUPE_ROUNDS = 5
 """Lookups and re-inserts an enqueue with a dedupe_key tries before giving up."""
 
+_ARRAY_COLUMNS = (
+    "queue",
+    "type",
+    "priority",
+    "payload",
+    "payload_ref",
+    "run_at",
+    "delay",
+    "max_retries",
+    "max_runtime_seconds",
+)
+"""The per-job parameters ``insert_jobs_from_arrays`` takes, one array each."""
+
 
 class Enqueueing(QueueCore):
     """Adding jobs, each with its ENQUEUED event in the same transaction."""
@@ -219,18 +232,21 @@ class Enqueueing(QueueCore):
                 ids[index] = job_id
                 if created:
                     events[index] = self._enqueued_event(job_id, params)
+            logged_by_insert = False
             for names, indexes in bulk.items():
-                for index, job_id in zip(
-                    indexes, self._insert_bulk(connection, names, prepared, indexes), strict=True
-                ):
+                inserted, logged = self._insert_bulk(connection, names, prepared, indexes)
+                logged_by_insert = logged_by_insert or logged
+                for index, job_id in zip(indexes, inserted, strict=True):
                     ids[index] = job_id
-                    events[index] = self._enqueued_event(job_id, prepared[index][0])
+                    if not logged:
+                        events[index] = self._enqueued_event(job_id, prepared[index][0])
             written = [e for e in events if e is not None]
             self._write_events(connection, written)
             queues = {params["p_queue"] for params, _ in prepared}
-            if written:
+            created = bool(written) or logged_by_insert
+            if created:
                 self._announce_jobs(connection, queues)
-        if written:
+        if created:
             self._wake_workers(session, queues)
         return [job_id for job_id in ids if job_id is not None]
 
@@ -240,10 +256,24 @@ class Enqueueing(QueueCore):
         names: tuple[str, ...],
         prepared: list[tuple[dict[str, Any], dict[str, Any]]],
         indexes: list[int],
-    ) -> list[int]:
-        """Insert the jobs at ``indexes`` (same app columns ``names``); ids in that order."""
+    ) -> tuple[list[int], bool]:
+        """Insert the jobs at ``indexes`` (same app columns ``names``); return their ids
+        in that order, and whether the insert wrote their ENQUEUED events too."""
         statement = self.sql.insert_job
         rows = [prepared[i][0] for i in indexes]
+        if not names and self.sql.insert_jobs_from_arrays is not None:
+            # One short statement with an array per column; rows are numbered in
+            # array order, and RETURNING gives ids in that order once sorted (below).
+            arrays: dict[str, Any] = {
+                f"a_{column}": [row[f"p_{column}"] for row in rows] for column in _ARRAY_COLUMNS
+            }
+            arrays["p_actor"] = SYSTEM_ACTOR
+            ids = sorted(
+                int(row[0]) for row in connection.execute(self.sql.insert_jobs_from_arrays, arrays)
+            )
+            if len(ids) != len(rows):
+                raise SqlqError(f"inserted {len(ids)} of {len(rows)} jobs; rolled back")
+            return ids, self.sql.bulk_insert_writes_events
         if names:
             statement = statement.values({name: bindparam(f"p_app_{name}") for name in names})
             rows = [
@@ -258,4 +288,4 @@ class Enqueueing(QueueCore):
         ids = sorted(int(row[0]) for row in connection.execute(statement, rows))
         if len(ids) != len(rows):
             raise SqlqError(f"inserted {len(ids)} of {len(rows)} jobs; rolled back")
-        return ids
+        return ids, False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.engine import Connection
@@ -9,6 +10,23 @@ from sqlalchemy.engine import Connection
 from sqlq_orm.core.lease import Lease
 from sqlq_orm.queue.core import DeferredWrites, QueueCore
 from sqlq_orm.schema.states import AttemptStatus, Event, JobStatus
+
+
+@dataclass(frozen=True)
+class FailedRun:
+    """A held job's run that failed: what its guarded update must match, and why."""
+
+    job_id: int
+    token: str
+    seen_status: JobStatus
+    attempt: int
+    worker_id: str | None
+    retry_count: int
+    max_retries: int
+    code: str
+    detail: str | None
+    actor: str
+    note: dict[str, Any] | None = None
 
 
 class FailureRecording(QueueCore):
@@ -59,54 +77,109 @@ class FailureRecording(QueueCore):
         attempt row and the events are collected there instead, for the caller to write
         in one batch later in the same transaction (the sweeper does).
         """
-        params: dict[str, Any] = {
-            "p_id": job_id,
-            "p_token": token,
-            "p_status": seen_status.value,
-            "p_code": code,
-            "p_detail": detail,
-        }
-        if retry_count < max_retries:
-            delay = self.retry_policy.delay_seconds(retry_count + 1)
-            params["p_delay"] = delay
-            run_at = connection.execute(self.sql.requeue_for_retry, params).scalar_one_or_none()
-            if run_at is None:
-                return None
+        run = FailedRun(
+            job_id, token, seen_status, attempt, worker_id, retry_count, max_retries,
+            code, detail, actor, note,
+        )  # fmt: skip
+        writes = deferred if deferred is not None else DeferredWrites()
+        (outcome,) = self._end_attempts_with_failure(connection, [run], writes)
+        if deferred is None:
+            self._flush(connection, writes)
+        return outcome
+
+    def _end_attempts_with_failure(
+        self, connection: Connection, runs: list[FailedRun], deferred: DeferredWrites
+    ) -> list[JobStatus | None]:
+        """Record each failed run as :meth:`_end_attempt_with_failure` does; return where
+        each job went (None where its guard did not match). Attempt rows and events are
+        collected in ``deferred``. Where the backend takes rows as arrays, the guarded
+        updates of the whole batch are one statement."""
+        plans = [
+            (
+                run,
+                self.retry_policy.delay_seconds(run.retry_count + 1)
+                if run.retry_count < run.max_retries
+                else None,
+            )
+            for run in runs
+        ]
+        if self.sql.end_runs_from_arrays is not None and len(runs) > 1:
+            arrays: dict[str, list[Any]] = {
+                "a_id": [run.job_id for run, _ in plans],
+                "a_token": [run.token for run, _ in plans],
+                "a_seen": [run.seen_status.value for run, _ in plans],
+                "a_retry": [delay is not None for _, delay in plans],
+                "a_delay": [delay or 0 for _, delay in plans],
+                "a_code": [run.code for run, _ in plans],
+                "a_detail": [run.detail for run, _ in plans],
+            }
+            changed = {
+                row.id: row.run_at
+                for row in connection.execute(self.sql.end_runs_from_arrays, arrays)
+            }
+            return [
+                self._failure_written(run, delay, changed[run.job_id], deferred)
+                if run.job_id in changed
+                else None
+                for run, delay in plans
+            ]
+        outcomes: list[JobStatus | None] = []
+        for run, delay in plans:
+            params: dict[str, Any] = {
+                "p_id": run.job_id,
+                "p_token": run.token,
+                "p_status": run.seen_status.value,
+                "p_code": run.code,
+                "p_detail": run.detail,
+            }
+            if delay is not None:
+                params["p_delay"] = delay
+                run_at = connection.execute(self.sql.requeue_for_retry, params).scalar_one_or_none()
+                taken = run_at is not None
+            else:
+                run_at = None
+                taken = connection.execute(self.sql.fail, params).rowcount == 1
+            outcomes.append(self._failure_written(run, delay, run_at, deferred) if taken else None)
+        return outcomes
+
+    def _failure_written(
+        self, run: FailedRun, delay: int | None, run_at: Any, deferred: DeferredWrites
+    ) -> JobStatus:
+        """Collect the attempt close and events of a failure whose guarded update took."""
+        if delay is not None:
             outcome = JobStatus.QUEUED
             event = self._event(
-                job_id,
+                run.job_id,
                 Event.RETRY_SCHEDULED,
-                actor,
+                run.actor,
                 {
-                    "attempt": attempt,
-                    "error_code": code,
-                    "retry": retry_count + 1,
+                    "attempt": run.attempt,
+                    "error_code": run.code,
+                    "retry": run.retry_count + 1,
                     "delay": delay,
                     "run_at": run_at,
                 },
             )
         else:
-            if connection.execute(self.sql.fail, params).rowcount != 1:
-                return None
             outcome = JobStatus.FAILED
             event = self._event(
-                job_id, Event.FAILED, actor, {"attempt": attempt, "error_code": code}
+                run.job_id,
+                Event.FAILED,
+                run.actor,
+                {"attempt": run.attempt, "error_code": run.code},
             )
-        writes = deferred if deferred is not None else DeferredWrites()
-        if seen_status is JobStatus.RUNNING:
-            writes.attempts.append(
+        if run.seen_status is JobStatus.RUNNING:
+            deferred.attempts.append(
                 {
-                    "p_job_id": job_id,
-                    "p_attempt": attempt,
-                    "p_worker": worker_id,
+                    "p_job_id": run.job_id,
+                    "p_attempt": run.attempt,
+                    "p_worker": run.worker_id,
                     "p_attempt_status": AttemptStatus.FAILED.value,
-                    "p_code": code,
-                    "p_detail": detail,
+                    "p_code": run.code,
+                    "p_detail": run.detail,
                 }
             )
-        writes.events += [note, event] if note else [event]
-        if deferred is None:
-            self._flush(connection, writes)
+        deferred.events += [run.note, event] if run.note else [event]
         return outcome
 
     def _flush(self, connection: Connection, writes: DeferredWrites) -> None:

@@ -15,7 +15,7 @@ from sqlq_orm.core import error_codes, validation
 from sqlq_orm.core.lease import Lease
 from sqlq_orm.errors import InvalidInput, LeaseLost, MaxRuntimeExceeded
 from sqlq_orm.queue.core import DeferredWrites
-from sqlq_orm.queue.failures import FailureRecording
+from sqlq_orm.queue.failures import FailedRun, FailureRecording
 from sqlq_orm.queue.types import JobFailure
 from sqlq_orm.schema.states import AttemptStatus, Event, JobStatus
 
@@ -117,26 +117,28 @@ class BatchedLeaseCalls(FailureRecording):
         went_to: dict[int, JobStatus | None] = {}
         if not checked:
             return went_to
+        runs = [
+            FailedRun(
+                job_id=failure.lease.job_id,
+                token=failure.lease.token,
+                seen_status=JobStatus.RUNNING if failure.lease.started else JobStatus.CLAIMED,
+                attempt=failure.lease.attempt,
+                worker_id=failure.lease.worker_id,
+                retry_count=failure.lease.retry_count,
+                max_retries=failure.lease.max_retries
+                if failure.retryable
+                else failure.lease.retry_count,
+                code=code,
+                detail=detail,
+                actor=failure.lease.worker_id,
+            )
+            for failure, code, detail in checked
+        ]
         writes = DeferredWrites()
         with self._write() as connection:
-            for failure, code, detail in checked:
-                lease = failure.lease
-                went_to[lease.job_id] = self._end_attempt_with_failure(
-                    connection,
-                    job_id=lease.job_id,
-                    token=lease.token,
-                    seen_status=JobStatus.RUNNING if lease.started else JobStatus.CLAIMED,
-                    attempt=lease.attempt,
-                    worker_id=lease.worker_id,
-                    retry_count=lease.retry_count,
-                    max_retries=lease.max_retries if failure.retryable else lease.retry_count,
-                    code=code,
-                    detail=detail,
-                    actor=lease.worker_id,
-                    deferred=writes,
-                )
+            outcomes = self._end_attempts_with_failure(connection, runs, writes)
             self._flush(connection, writes)
-        return went_to
+        return {run.job_id: outcome for run, outcome in zip(runs, outcomes, strict=True)}
 
     def release_many(
         self, leases: Sequence[Lease], reason: str = "released by worker"

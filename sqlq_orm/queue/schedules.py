@@ -149,7 +149,14 @@ class Schedules(Enqueueing):
             )
             for schedule, slot in slots
         ]
-        job_ids = self._insert_bulk(connection, (), prepared, list(range(len(prepared))))
+        # executemany with RETURNING, batched into multi-row INSERTs; both databases
+        # number one INSERT's rows in VALUES order, so the sorted ids follow ``slots``.
+        # (Not _insert_bulk: on PostgreSQL it writes generic ENQUEUED events itself.)
+        job_ids = sorted(
+            int(row[0]) for row in connection.execute(self.sql.insert_job, [p for p, _ in prepared])
+        )
+        if len(job_ids) != len(prepared):
+            raise SqlqError(f"inserted {len(job_ids)} of {len(prepared)} jobs; rolled back")
         # The schedule and slot in the ENQUEUED event are what `sqlq check` reads to
         # prove no slot got two jobs.
         events = [

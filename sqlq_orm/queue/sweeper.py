@@ -6,7 +6,7 @@ import logging
 
 from sqlq_orm.core import error_codes, validation
 from sqlq_orm.queue.core import SYSTEM_ACTOR, DeferredWrites
-from sqlq_orm.queue.failures import FailureRecording
+from sqlq_orm.queue.failures import FailedRun, FailureRecording
 from sqlq_orm.queue.types import SweepResult
 from sqlq_orm.schema.states import Event, JobStatus
 
@@ -56,6 +56,8 @@ class Sweeping(FailureRecording):
                     for row in connection.execute(self.sql.past_deadline, {"p_limit": room}).all()
                     if row.id not in seen
                 ]
+            runs: list[FailedRun] = []
+            reasons: list[str] = []
             for row, reason in [(r, "expired") for r in rows] + [(r, "timed_out") for r in late]:
                 status = JobStatus(row.status)
                 if reason == "expired":
@@ -78,25 +80,28 @@ class Sweeping(FailureRecording):
                         "max_runtime_seconds": row.max_runtime_seconds,
                     }
                     note = self._event(row.id, Event.TIMED_OUT, actor, seen_run)
-                outcome = self._end_attempt_with_failure(
-                    connection,
-                    job_id=row.id,
-                    token=row.lease_token,
-                    seen_status=status,
-                    # A claim that never started has no attempt row; name the one it
-                    # would have opened, as its lease did.
-                    attempt=row.attempt_count + 1
-                    if status is JobStatus.CLAIMED
-                    else row.attempt_count,
-                    worker_id=row.claimed_by,
-                    retry_count=row.retry_count,
-                    max_retries=row.max_retries,
-                    code=code,
-                    detail=detail,
-                    actor=actor,
-                    note=note,
-                    deferred=deferred,
+                runs.append(
+                    FailedRun(
+                        job_id=row.id,
+                        token=row.lease_token,
+                        seen_status=status,
+                        # A claim that never started has no attempt row; name the one
+                        # it would have opened, as its lease did.
+                        attempt=row.attempt_count + 1
+                        if status is JobStatus.CLAIMED
+                        else row.attempt_count,
+                        worker_id=row.claimed_by,
+                        retry_count=row.retry_count,
+                        max_retries=row.max_retries,
+                        code=code,
+                        detail=detail,
+                        actor=actor,
+                        note=note,
+                    )
                 )
+                reasons.append(reason)
+            outcomes = self._end_attempts_with_failure(connection, runs, deferred)
+            for reason, outcome in zip(reasons, outcomes, strict=True):
                 if outcome is None:
                     # The row moved since we read it (it is locked, so this should not
                     # happen); the guard kept us off it and nothing was written for it.

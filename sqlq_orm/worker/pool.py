@@ -31,15 +31,18 @@ class HandlerPool:
         self._waiting: deque[JobRun] = deque()
         self._threads = 0  # pool threads counted against size (detached ones are not)
         self._idle = 0
+        self._busy = 0  # pool threads running a job
         self._closed = False
         self._started = 0
 
-    def submit(self, run: JobRun) -> None:
-        """Queue ``run`` for the next free thread (starting one if the pool is not full)."""
+    def submit(self, runs: list[JobRun]) -> None:
+        """Queue ``runs`` (a claim's batch) for the free threads, in order, starting
+        threads while the pool is not full; one hand-over for the whole batch."""
         with self._condition:
-            self._waiting.append(run)
-            self._condition.notify()
-            self._grow()
+            self._waiting.extend(runs)
+            self._condition.notify(len(runs))
+            while self._grow():
+                pass
 
     def waiting(self) -> int:
         """How many submitted runs no thread has taken yet."""
@@ -64,6 +67,7 @@ class HandlerPool:
                 return
             run.detached = True
             self._threads -= 1
+            self._busy -= 1  # its thread is no longer the pool's
             self._grow()
 
     def close(self) -> None:
@@ -72,16 +76,22 @@ class HandlerPool:
             self._closed = True
             self._condition.notify_all()
 
-    def _grow(self) -> None:
+    def _grow(self) -> bool:
         # Caller holds the condition. A new thread only when no idle one will take
         # the waiting runs: threads are cheap to keep, not to start.
-        if self._closed or self._threads >= self.size or self._idle >= len(self._waiting):
-            return
+        starting = self._threads - self._busy - self._idle  # started, not yet waiting
+        if (
+            self._closed
+            or self._threads >= self.size
+            or self._idle + starting >= len(self._waiting)
+        ):
+            return False
         self._threads += 1
         self._started += 1
         threading.Thread(
             target=self._loop, name=f"sqlq-handler-{self._started}", daemon=True
         ).start()
+        return True
 
     def _loop(self) -> None:
         while True:
@@ -94,6 +104,9 @@ class HandlerPool:
                     self._threads -= 1
                     return
                 run = self._waiting.popleft()
+                self._busy += 1
             self._execute(run)
             if run.detached:
                 return  # replaced while stuck in the handler; already out of the count
+            with self._condition:
+                self._busy -= 1

@@ -105,6 +105,7 @@ __all__ = [
 log = logging.getLogger("sqlq_orm.worker")
 
 DEFAULT_GRACE_PERIOD = 30.0
+DEFAULT_PREFETCH = 100
 
 _DUE_FLOOR = 0.1  # shortest idle wait when a queued job is already due but was not claimed
 
@@ -120,12 +121,14 @@ class Worker:
     ``handlers`` is a :class:`~sqlq_orm.worker.handlers.HandlerRegistry` (or a mapping of job
     type to function). ``lease_seconds`` is how long each claim lasts without a
     heartbeat; heartbeats go out every ``heartbeat_interval`` seconds (default a third
-    of the lease). ``prefetch`` (default: ``concurrency``) is how many claimed jobs may at
-    most wait for a free handler thread, so the threads never wait on a claim's round
-    trip; the worker prefetches only as many as its threads reach within a quarter of a
-    second at the handlers' recent pace (none for slow jobs, whose lease and max runtime
-    would otherwise start counting long before they run; see
-    :mod:`~sqlq_orm.worker.prefetch`). 0 claims only for idle threads.
+    of the lease). ``prefetch`` (default 100) is how many claimed jobs may at most wait
+    for a free handler thread, so the threads never wait on a claim's round trip and
+    claims come in large batches; the worker prefetches only as many as its threads
+    reach within a quarter of a second at the handlers' recent pace (none for slow
+    jobs, whose lease and max runtime would otherwise start counting long before they
+    run; see :mod:`~sqlq_orm.worker.prefetch`). Prefetched jobs go back to the queue at
+    once on shutdown; those of a worker that is killed come back like its running
+    ones, when their lease expires. 0 claims only for idle threads.
     ``poll_interval`` is how long an idle worker waits before asking
     again, at most: it wakes at once when jobs are enqueued (in this process, or in
     another through the database: PostgreSQL ``NOTIFY``, SQLite ``PRAGMA
@@ -170,7 +173,7 @@ class Worker:
             validation.require_name("queue", name, QUEUE_MAX)
         self.concurrency = validation.require_int("concurrency", concurrency, minimum=1)
         self.prefetch = validation.require_int(
-            "prefetch", self.concurrency if prefetch is None else prefetch, minimum=0
+            "prefetch", DEFAULT_PREFETCH if prefetch is None else prefetch, minimum=0
         )
         self.lease_seconds = validation.lease_seconds(lease_seconds)
         self.heartbeat_interval = (
@@ -319,8 +322,9 @@ class Worker:
                 )
                 self._stop.wait(self._stop.stopping, self.poll_interval)
                 continue
-            for lease in leases:
-                self._launch(lease, leased_at)
+            if leases:
+                assert self._pool is not None
+                self._pool.submit([self._run_for(lease, leased_at) for lease in leases])
             if len(leases) < free:
                 if self.burst and not leases and not self.running_jobs:
                     log.info("nothing left to do (burst mode)")
@@ -372,7 +376,7 @@ class Worker:
     def _sweep_actor(self) -> str:
         return f"sweeper@{self.worker_id}"[:WORKER_ID_MAX]
 
-    def _launch(self, lease: Lease, leased_at: float) -> None:
+    def _run_for(self, lease: Lease, leased_at: float) -> JobRun:
         context = JobContext(
             job_id=lease.job_id,
             attempt=lease.attempt,
@@ -397,8 +401,7 @@ class Worker:
         self.stats.add("claimed")
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s claimed", run.describe())
-        assert self._pool is not None
-        self._pool.submit(run)
+        return run
 
     # ----------------------------------------------------------------- liveness
 

@@ -104,11 +104,23 @@ def test_claim_and_sweep_use_indexes_and_the_claim_reads_the_backlog_in_order(qu
     plans = {name: explain(queue.engine, st, params) for name, (st, params) in statements.items()}
 
     scanning = {n: p for n, p in plans.items() if any(full_scan.search(x.strip()) for x in p)}
+    # On PostgreSQL the claim also writes its history (CTEs "history_N", after the
+    # claim's own); sorting the claimed batch there to number its events is fine.
     sorting = {
-        n: p for n, p in plans.items() if n.startswith("claim") and any(sorts.search(x) for x in p)
+        n: p
+        for n, p in plans.items()
+        if n.startswith("claim") and any(sorts.search(x) for x in _before_history(p))
     }
     assert scanning == {}
     assert sorting == {}
+
+
+def _before_history(plan: list[str]) -> list[str]:
+    """The plan lines of the claim itself, without the CTEs writing its history."""
+    for index, line in enumerate(plan):
+        if re.match(r"\s*CTE history_", line):
+            return plan[:index]
+    return plan
 
 
 def test_the_plan_check_flags_a_query_no_index_serves(queue):

@@ -386,6 +386,8 @@ def test_loading_handlers_names_what_is_wrong(spec, message):
 def test_worker_options_are_checked_before_anything_runs(queue):
     with pytest.raises(sqlq_orm.InvalidInput, match="heartbeat_interval must be"):
         Worker(queue, HandlerRegistry(), lease_seconds=3, heartbeat_interval=3)
+    with pytest.raises(sqlq_orm.InvalidInput, match="prefetch must be >= 0, got -1"):
+        Worker(queue, HandlerRegistry(), prefetch=-1)
 
 
 # ------------------------------------------------------------ recurring schedules

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.sql import FromClause, Select
 from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.types import TypeEngine
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,12 @@ class Backend:
     needs_hooks: bool = False
     """Whether the queue's guarantees depend on :attr:`install_hooks` having run on the
     engine (SQLite: foreign keys are off unless each connection turns them on)."""
+    rows_from_arrays: Callable[[Sequence[tuple[str, TypeEngine[Any]]]], FromClause] | None = None
+    """Rows from one bound array per column, numbered in an ``ord`` column (PostgreSQL
+    ``unnest``), for bulk inserts as ``INSERT ... SELECT``; None: multi-row VALUES."""
+    json_string: Callable[[ColumnElement[Any]], ColumnElement[str]] | None = None
+    """SQL turning a text column into a JSON string literal (quoted and escaped), for
+    event details written by a statement itself; None where not needed."""
     history_in_one_statement: bool = False
     """Whether a change and the attempt rows and events it writes may go out as one
     statement (data-modifying ``WITH``, PostgreSQL): one round trip per batch."""

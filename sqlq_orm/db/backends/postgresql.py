@@ -10,12 +10,13 @@ import select as selectors
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Text, bindparam, cast, type_coerce
+from sqlalchemy import Text, bindparam, cast, func, type_coerce
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import FromClause, Select
 from sqlalchemy.sql.elements import ColumnElement, Grouping
+from sqlalchemy.types import TypeEngine
 
 from sqlq_orm.db.backends.base import Backend, MaintenanceStatement, WakeListener
 from sqlq_orm.db.clock import epoch_now
@@ -44,6 +45,18 @@ def _token_for_row(rn: ColumnElement[int]) -> ColumnElement[str]:
     # (CAST(:tokens AS TEXT[]))[rn]: the parentheses are required before a subscript.
     array = type_coerce(Grouping(cast(tokens, postgresql.ARRAY(Text))), postgresql.ARRAY(Text))
     return array[rn]
+
+
+def _rows_from_arrays(columns: Sequence[tuple[str, TypeEngine[Any]]]) -> FromClause:
+    """``unnest(:a_x::type[], ...) WITH ORDINALITY AS rows(x, ..., ord)``: one bound
+    array per column, so a thousand rows are a short statement with a few parameters
+    (psycopg parses a long multi-row VALUES statement again on every batch)."""
+    arrays = [bindparam(f"a_{name}", type_=postgresql.ARRAY(type_)) for name, type_ in columns]
+    return (
+        func.unnest(*arrays)
+        .table_valued(*(name for name, _ in columns), with_ordinality="ord")
+        .render_derived(name="rows")
+    )
 
 
 def _lock_for_migration(connection: Connection) -> None:
@@ -122,6 +135,8 @@ BACKEND = Backend(
     lock_rows=_lock_rows,
     rows_changed=lambda connection, result: int(result.rowcount),
     history_in_one_statement=True,
+    rows_from_arrays=_rows_from_arrays,
+    json_string=lambda text: cast(func.to_json(text), Text),
     maintenance=_maintenance,
     autocommit=("autocommit", True),
     # READ COMMITTED takes a new snapshot per statement; checks that join several

@@ -258,7 +258,7 @@ def _maintenance(engine: Engine, task: str, tables: Sequence[Any]) -> Maintenanc
     )
 
 
-_DATA_VERSION_POLL = 0.05  # seconds between two looks at PRAGMA data_version
+_DATA_VERSION_POLL = 0.01  # seconds between two looks at PRAGMA data_version
 
 
 class _DataVersionWatch:

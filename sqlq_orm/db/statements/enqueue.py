@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     BigInteger,
     and_,
     bindparam,
     func,
     insert,
+    literal,
     select,
     text,
 )
 
 from sqlq_orm.db.statements.base import ACTIVE_VALUES, StatementGroup, status_in
-from sqlq_orm.schema.states import JobStatus
+from sqlq_orm.schema.states import Event, JobStatus
 
 CHANNEL_MAX = 63
 """PostgreSQL truncates longer channel names (NAMEDATALEN - 1)."""
@@ -59,6 +62,68 @@ class EnqueueStatements(StatementGroup):
             .on_conflict_do_nothing(index_elements=[j.dedupe_key], index_where=self.dedupe_where)
             .returning(j.id)
         )
+        # enqueue_many on a backend that takes rows as arrays: the same values, one
+        # bound array per column (a_<column>), for jobs without dedupe key or app columns.
+        self.insert_jobs_from_arrays: Any = None
+        self.bulk_insert_writes_events = False
+        if dialect.rows_from_arrays is not None:
+            rows = dialect.rows_from_arrays(
+                [
+                    ("queue", j.queue.type),
+                    ("type", j.type.type),
+                    ("priority", j.priority.type),
+                    ("payload", j.payload.type),
+                    ("payload_ref", j.payload_ref.type),
+                    ("run_at", BigInteger()),
+                    ("delay", BigInteger()),
+                    ("max_retries", j.max_retries.type),
+                    ("max_runtime_seconds", j.max_runtime_seconds.type),
+                ]
+            )
+            r = rows.c
+            from_arrays = {
+                "queue": r.queue,
+                "type": r.type,
+                "status": literal(JobStatus.QUEUED.value),
+                "priority": r.priority,
+                "payload": r.payload,
+                "payload_ref": r.payload_ref,
+                "created_at": now,
+                "run_at": func.coalesce(r.run_at, now + r.delay),
+                "attempt_count": literal(0),
+                "retry_count": literal(0),
+                "max_retries": r.max_retries,
+                "max_runtime_seconds": r.max_runtime_seconds,
+            }
+            self.insert_jobs_from_arrays = (
+                insert(jobs)
+                .from_select(list(from_arrays), select(*from_arrays.values()).order_by(r.ord))
+                .returning(j.id, j.queue, j.type)
+            )
+            if dialect.history_in_one_statement and dialect.json_string is not None:
+                # Their ENQUEUED events in the same statement ({"queue":..,"type":..},
+                # actor :p_actor): one round trip for the whole batch.
+                inserted = self.insert_jobs_from_arrays.cte("inserted")
+                c = inserted.c
+                detail = (
+                    literal('{"queue":')
+                    + dialect.json_string(c.queue)
+                    + literal(',"type":')
+                    + dialect.json_string(c.type)
+                    + literal("}")
+                )
+                logged = (
+                    insert(events)
+                    .from_select(
+                        ["job_id", "ts", "event", "actor", "detail"],
+                        select(
+                            c.id, now, literal(Event.ENQUEUED.value), bindparam("p_actor"), detail
+                        ).order_by(c.id),
+                    )
+                    .cte("logged")
+                )
+                self.insert_jobs_from_arrays = select(c.id, c.queue, c.type).add_cte(logged)
+                self.bulk_insert_writes_events = True
         self.insert_event = insert(events).values(
             job_id=bindparam("p_job_id"),
             ts=now,
@@ -66,6 +131,25 @@ class EnqueueStatements(StatementGroup):
             actor=bindparam("p_actor"),
             detail=bindparam("p_detail"),
         )
+        # Many events at once as arrays (a_job_id, a_event, a_actor, a_detail), where
+        # the backend takes rows as arrays.
+        self.insert_events_from_arrays = None
+        if dialect.rows_from_arrays is not None:
+            e = events.c
+            rows = dialect.rows_from_arrays(
+                [
+                    ("job_id", e.job_id.type),
+                    ("event", e.event.type),
+                    ("actor", e.actor.type),
+                    ("detail", e.detail.type),
+                ]
+            )
+            self.insert_events_from_arrays = insert(events).from_select(
+                ["job_id", "ts", "event", "actor", "detail"],
+                select(rows.c.job_id, now, rows.c.event, rows.c.actor, rows.c.detail).order_by(
+                    rows.c.ord
+                ),
+            )
         # -- wake-ups: tell other processes' workers that a queue got jobs -----------
         # One channel per job table, so two apps' queues in one database stay apart.
         self.wake_channel = f"sqlq_jobs:{jobs.fullname}"[:CHANNEL_MAX]

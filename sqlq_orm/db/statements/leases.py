@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
+    Boolean,
     and_,
     bindparam,
+    case,
     insert,
     or_,
     select,
+    true,
     tuple_,
     update,
 )
@@ -153,6 +157,37 @@ class LeasesStatements(HistoryStatements):
                 **lease_cleared(),
             )
         )
+        # A batch of failed runs (fail_many, a sweep) as one guarded UPDATE over arrays,
+        # where the backend takes rows as arrays: each row requeued with its delay
+        # (a_retry) or failed, if its id, token and seen status still match.
+        self.end_runs_from_arrays = None
+        if dialect.rows_from_arrays is not None:
+            r = dialect.rows_from_arrays(
+                [
+                    ("id", j.id.type),
+                    ("token", j.lease_token.type),
+                    ("seen", j.status.type),
+                    ("retry", Boolean()),
+                    ("delay", BigInteger()),
+                    ("code", j.error_code.type),
+                    ("detail", j.error_detail.type),
+                ]
+            ).c
+            retry = r.retry.is_(true())
+            self.end_runs_from_arrays = (
+                update(jobs)
+                .where(j.id == r.id, j.lease_token == r.token, j.status == r.seen)
+                .values(
+                    status=case((retry, JobStatus.QUEUED.value), else_=JobStatus.FAILED.value),
+                    retry_count=case((retry, j.retry_count + 1), else_=j.retry_count),
+                    run_at=case((retry, now + r.delay), else_=j.run_at),
+                    finished_at=case((retry, j.finished_at), else_=now),
+                    error_code=r.code,
+                    error_detail=r.detail,
+                    **lease_cleared(),
+                )
+                .returning(j.id, j.run_at)
+            )
         self.release = (
             update(jobs)
             .where(guard, status_in(j.status, HELD_VALUES))
