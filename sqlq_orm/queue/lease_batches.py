@@ -23,6 +23,19 @@ from sqlq_orm.schema.states import AttemptStatus, Event, JobStatus
 class BatchedLeaseCalls(FailureRecording):
     """``heartbeat_many``, ``fail_many`` and ``release_many``: one transaction a batch."""
 
+    def heartbeat(self, lease: Lease, lease_seconds: int | None = None) -> int:
+        """Renew the lease; return the new ``lease_expires_at``.
+
+        Raises :class:`~sqlq_orm.errors.MaxRuntimeExceeded` once the job is past its
+        max runtime (the lease is then not renewed, so the sweeper can end it), and
+        :class:`~sqlq_orm.errors.LeaseLost` if the lease is no longer this worker's.
+        Writes no event, except a HEARTBEAT at most every ``heartbeat_event_interval``.
+        """
+        result = self.heartbeat_many([lease], lease_seconds)[lease.job_id]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
     def heartbeat_many(
         self, leases: Sequence[Lease], lease_seconds: int | None = None
     ) -> dict[int, int | LeaseLost | MaxRuntimeExceeded]:

@@ -5,7 +5,6 @@ Each is fenced by the lease token: a stale token changes nothing and raises
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 from sqlq_orm.core import error_codes, validation
@@ -14,11 +13,10 @@ from sqlq_orm.errors import (
     InvalidInput,
     InvalidTransition,
     LeaseLost,
-    MaxRuntimeExceeded,
 )
 from sqlq_orm.queue.failures import FailureRecording
 from sqlq_orm.schema.mixins import REF_MAX
-from sqlq_orm.schema.states import HELD, AttemptStatus, Event, JobStatus
+from sqlq_orm.schema.states import AttemptStatus, Event, JobStatus
 
 
 class LeaseCalls(FailureRecording):
@@ -47,43 +45,6 @@ class LeaseCalls(FailureRecording):
             )
         lease.started = True
         return lease
-
-    def heartbeat(self, lease: Lease, lease_seconds: int | None = None) -> int:
-        """Renew the lease; return the new ``lease_expires_at``.
-
-        Raises :class:`~sqlq_orm.errors.MaxRuntimeExceeded` once the job is past its
-        max runtime (the lease is then not renewed, so the sweeper can end it), and
-        :class:`~sqlq_orm.errors.LeaseLost` if the lease is no longer this worker's.
-        Writes no event, except a HEARTBEAT at most every ``heartbeat_event_interval``.
-        """
-        params = self._lease_params(lease)
-        params["p_lease_seconds"] = validation.lease_seconds(
-            self.default_lease_seconds if lease_seconds is None else lease_seconds
-        )
-        with self._write() as connection:
-            expires_at = connection.execute(self.sql.heartbeat, params).scalar_one_or_none()
-            if expires_at is None:
-                state = connection.execute(self.sql.lease_state, params).one_or_none()
-                if state is not None and state[1] and state[0] in HELD and state[2]:
-                    raise MaxRuntimeExceeded(lease.job_id, lease.max_runtime_seconds)
-                raise LeaseLost(lease.job_id)
-            due = time.monotonic() - lease.last_heartbeat_event >= self.heartbeat_event_interval
-            if due:
-                self._write_events(
-                    connection,
-                    [
-                        self._event(
-                            lease.job_id,
-                            Event.HEARTBEAT,
-                            lease.worker_id,
-                            {"lease_expires_at": expires_at},
-                        )
-                    ],
-                )
-        if due:
-            lease.last_heartbeat_event = time.monotonic()
-        lease.lease_expires_at = expires_at
-        return int(expires_at)
 
     def succeed(self, lease: Lease, result_ref: str | None = None) -> None:
         """Finish a RUNNING job as SUCCEEDED, close its attempt, write SUCCEEDED.

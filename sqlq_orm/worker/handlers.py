@@ -24,7 +24,12 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from sqlq_orm.core.schedule import Missed, Schedule
+from sqlq_orm.core.schedule import (
+    DEFAULT_CATCH_UP_LIMIT,
+    DEFAULT_GRACE_SECONDS,
+    Missed,
+    Schedule,
+)
 from sqlq_orm.errors import InvalidInput
 
 Handler = Callable[["JobContext"], Any]
@@ -75,8 +80,8 @@ class HandlerRegistry:
         max_retries: int | None = None,
         max_runtime_seconds: int | None = None,
         missed: Missed | str = Missed.LATEST,
-        grace_seconds: int = 60,
-        catch_up_limit: int = 10,
+        grace_seconds: int = DEFAULT_GRACE_SECONDS,
+        catch_up_limit: int = DEFAULT_CATCH_UP_LIMIT,
     ) -> Schedule:
         """Enqueue ``job_type`` with ``payload`` at every slot of ``cron`` in ``timezone``.
 

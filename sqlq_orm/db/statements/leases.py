@@ -52,18 +52,8 @@ class LeasesStatements(HistoryStatements):
             status=AttemptStatus.RUNNING.value,
         )
 
-        # -- heartbeat -------------------------------------------------------------
-        self.heartbeat = (
-            update(jobs)
-            .where(
-                guard,
-                status_in(j.status, HELD_VALUES),
-                or_(j.deadline_at.is_(None), j.deadline_at > now),
-            )
-            .values(heartbeat_at=now, lease_expires_at=now + bindparam("p_lease_seconds"))
-            .returning(j.lease_expires_at)
-        )
-        # heartbeat_many: the same guard for every held lease at once; RETURNING names
+        # -- heartbeat (one lease or many) ------------------------------------------
+        # The lease guard for every lease at once, (id, token) pairs; RETURNING names
         # the leases renewed. "id IN" as well, for the primary-key lookup (as below).
         self.heartbeat_batch = (
             update(jobs)
@@ -87,11 +77,6 @@ class LeasesStatements(HistoryStatements):
                 j.deadline_at <= now,
             ),
         ).where(j.id.in_(bindparam("p_ids", expanding=True)))
-        self.lease_state = select(
-            j.status,
-            j.lease_token == bindparam("p_token"),
-            and_(j.deadline_at.is_not(None), j.deadline_at <= now),
-        ).where(j.id == bindparam("p_id"))
 
         # -- finish (each guarded by token and the status the caller saw) ------------
         seen = j.status == bindparam("p_status")
