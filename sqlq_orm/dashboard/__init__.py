@@ -1,4 +1,5 @@
-"""A web dashboard over a queue: overview, jobs, job detail, workers, actions, metrics.
+"""A web dashboard over a queue: overview, jobs, job detail, workers, schedules, actions,
+metrics.
 
 Needs the ``dashboard`` extra (``pip install 'sqlq_orm[dashboard]'``): Starlette,
 Jinja2, uvicorn and prometheus_client. Charts are server-drawn SVG; the pages refresh

@@ -91,6 +91,7 @@ def create_app(
             Route("/jobs", pages.jobs, name="jobs"),
             Route("/jobs/{job_id:int}", pages.job, name="job"),
             Route("/workers", pages.workers, name="workers"),
+            Route("/schedules", pages.schedules, name="schedules"),
             Route("/metrics", metrics, name="metrics"),
             Route("/actions/{action}", actions.confirm, methods=["GET"], name="confirm"),
             Route("/actions/{action}", actions.perform, methods=["POST"], name="perform"),

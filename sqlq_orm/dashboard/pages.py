@@ -1,7 +1,8 @@
-"""The read-only pages: overview, jobs list, job detail, workers.
+"""The read-only pages: overview, jobs list, job detail, workers, schedules.
 
-Each handler reads through :mod:`sqlq_orm.ops` in a worker thread (the database calls
-block) and renders one template. Query parameters are checked the way the library
+Each handler reads through :mod:`sqlq_orm.ops` (schedules: through
+:meth:`~sqlq_orm.Queue.list_schedules`) in a worker thread (the database calls block)
+and renders one template. Query parameters are checked the way the library
 checks its arguments: a bad one answers 400 naming the parameter and the value.
 """
 
@@ -156,3 +157,13 @@ class Pages:
     async def workers(self, request: Request) -> Response:
         stats = await run_in_threadpool(self.queue.stats)
         return self.render.page(request, "workers.html", stats=stats)
+
+    async def schedules(self, request: Request) -> Response:
+        # A host's models may leave the schedule model out (``Models.schedule`` None):
+        # the page says so instead of failing on a table that was never meant to exist.
+        if self.queue.tables.schedules is None:
+            return self.render.page(request, "schedules.html", schedules=None, now=None)
+        schedules, now = await run_in_threadpool(
+            lambda: (self.queue.list_schedules(), self.queue.context.read_now())
+        )
+        return self.render.page(request, "schedules.html", schedules=schedules, now=now)

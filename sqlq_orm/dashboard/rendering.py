@@ -10,12 +10,15 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
+from sqlq_orm.core.cron import time_zone
 from sqlq_orm.dashboard.security import CSRF_COOKIE, CSRF_FIELD, CsrfTokens
+from sqlq_orm.errors import InvalidInput
 
 REFRESH_HEADER = "X-Sqlq-Refresh"
 
@@ -36,6 +39,26 @@ def format_ts(value: int | None) -> str:
     if value is None:
         return ""
     return datetime.fromtimestamp(int(value), UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def format_local(value: int | None, zone_name: str) -> str:
+    """Epoch seconds as ``YYYY-MM-DD HH:MM TZ`` in the IANA zone ``zone_name``; ``never``
+    for None.
+
+    How ``sqlq schedules`` shows a schedule's runs: in the schedule's own zone, so a
+    daily 09:00 job reads 09:00. A zone this machine does not know (no tzdata) falls
+    back to UTC rather than failing the page.
+    """
+    if value is None:
+        return "never"
+    try:
+        zone: ZoneInfo | None = time_zone(zone_name)
+    except InvalidInput:
+        zone = None
+    moment = datetime.fromtimestamp(int(value), UTC)
+    if zone is not None:
+        moment = moment.astimezone(zone)
+    return moment.strftime("%Y-%m-%d %H:%M %Z")
 
 
 def format_duration(seconds: int | None) -> str:
@@ -71,6 +94,7 @@ def make_environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters["ts"] = format_ts
+    env.filters["local"] = format_local
     env.filters["duration"] = format_duration
     env.filters["json"] = format_json
     return env

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sqlq_orm import Schedule
+
 
 @dataclass(frozen=True)
 class Seeded:
@@ -36,3 +38,28 @@ def seed(queue) -> Seeded:
     return Seeded(
         succeeded=succeeded, failed=failed, failed_too=failed_too, queued=queued, running=running
     )
+
+
+@dataclass(frozen=True)
+class SeededSchedules:
+    ticked: str
+    due: str
+    ticked_job: int
+
+
+def seed_schedules(queue, clock) -> SeededSchedules:
+    """Two schedules registered at the pinned start (2023-11-14 22:13:20Z).
+
+    ``morning-report`` (09:00 Paris time) has run once: the clock is moved to just after
+    2023-11-15 09:00 CET and ticked. ``cleanup`` (every 15 min, UTC) was never ticked,
+    so its first slot (2023-11-14 22:15 UTC) is due.
+    """
+    report = Schedule.declare(
+        "0 9 * * *", "send_report", name="morning-report", queue="reports",
+        timezone="Europe/Paris",
+    )  # fmt: skip
+    cleanup = Schedule.declare("*/15 * * * *", "prune_tmp", name="cleanup")
+    queue.register_schedules([report, cleanup])
+    clock.set(1_700_035_230)  # 2023-11-15 08:00:30Z = 09:00:30 in Paris
+    [job] = queue.enqueue_due_slots({report.name: report}).job_ids
+    return SeededSchedules(ticked=report.name, due=cleanup.name, ticked_job=job)

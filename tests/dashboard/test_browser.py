@@ -1,8 +1,8 @@
 """Every page in a real (headless) chromium, against a dashboard served by uvicorn.
 
-Each page is opened, checked for its content and saved as a screenshot artifact; the
-retry button is clicked through its confirmation and the job is QUEUED in the
-database; the page refreshes itself in place.
+Each page (the schedules page too) is opened, checked for its content and saved as a
+screenshot artifact; the retry button is clicked through its confirmation and the job
+is QUEUED in the database; the page refreshes itself in place.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from sqlq_orm.schema.states import JobStatus
 from tests.dashboard.conftest import screenshot
-from tests.dashboard.seed import seed
+from tests.dashboard.seed import seed, seed_schedules
 
 pytestmark = pytest.mark.browser
 
@@ -69,13 +69,46 @@ def test_every_page_shows_its_content(serve, page, queue):
     assert 'sqlq_jobs{queue="default",status="FAILED"} 2.0' in page.content()
 
 
-def test_the_pages_fit_a_phone_screen(serve, browser, queue):
+def test_the_schedules_page_shows_each_schedule_in_its_own_time_zone(serve, page, queue, clock):
+    schedules = seed_schedules(queue, clock)
+    served = serve()
+    page.goto(served.url + "/")
+    page.click("header nav >> text=Schedules")
+    assert page.locator("h1").inner_text() == "Schedules"
+    assert page.locator("header nav a[aria-current]").inner_text() == "Schedules"
+    rows = page.locator("#schedules tbody tr")
+    assert rows.count() == 2
+    # By name: cleanup, then morning-report. Cells: name, type, queue, cron, timezone,
+    # last run, next run, jobs link.
+    cleanup = rows.nth(0).locator("td").all_inner_texts()
+    report = rows.nth(1).locator("td").all_inner_texts()
+    assert cleanup[:7] == [
+        schedules.due, "prune_tmp", "default", "*/15 * * * *", "UTC", "never",
+        "2023-11-14 22:15 UTC due",
+    ]  # fmt: skip
+    # 09:00 in Paris reads 09:00 (not 08:00Z): the CLI's way of showing a schedule.
+    assert report[:7] == [
+        schedules.ticked, "send_report", "reports", "0 9 * * *", "Europe/Paris",
+        "2023-11-15 09:00 CET", "2023-11-16 09:00 CET",
+    ]  # fmt: skip
+    screenshot(page, f"schedules-{backend(queue)}")
+
+    rows.nth(1).locator("a", has_text="send_report jobs").click()
+    assert page.locator("input[name=type]").input_value() == "send_report"
+    assert page.locator("input[name=queue]").input_value() == "reports"
+    jobs = page.locator("#jobs tbody tr")
+    assert jobs.count() == 1
+    assert jobs.first.locator("td").first.inner_text() == str(schedules.ticked_job)
+
+
+def test_the_pages_fit_a_phone_screen(serve, browser, queue, clock):
     seed(queue)
+    seed_schedules(queue, clock)
     served = serve()
     context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
     page = context.new_page()
     try:
-        for path in ("/", "/jobs", "/workers"):
+        for path in ("/", "/jobs", "/workers", "/schedules"):
             page.goto(served.url + path)
             # Wide tables scroll inside their own box; the page itself never does.
             overflow = page.evaluate(

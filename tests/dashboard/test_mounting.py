@@ -100,3 +100,17 @@ def test_a_host_with_its_own_models_sees_its_tables_and_columns(serve, engine):
     assert '<tr class="app-column"><th>tenant_id</th><td>7</td></tr>' in detail
     assert "send_invoice" in get(url + "/jobs")
     assert 'sqlq_jobs{queue="default",status="QUEUED"} 1.0' in get(url + "/metrics")
+
+
+def test_a_host_without_a_schedule_model_gets_a_page_saying_so(serve, engine):
+    import sqlq_orm
+    from tests.acceptance.test_host_app import RENAMED
+
+    assert RENAMED.models.schedule is None
+    RENAMED.base.metadata.create_all(engine)
+    sqlq_orm.Queue(engine, models=RENAMED.models).enqueue("send_invoice", {"invoice": 12})
+    url = serve(app=create_app(engine, models=RENAMED.models)).url
+    assert 'href="/schedules"' in get(url + "/")  # the navigation still offers the page
+    page = get(url + "/schedules")
+    assert "models have no schedule table, so it runs no recurring schedules" in page
+    assert 'id="schedules"' not in page

@@ -6,7 +6,7 @@ import pytest
 from starlette.requests import Request
 
 from sqlq_orm.dashboard.charts import Series, nice_ceiling, stacked_bars
-from sqlq_orm.dashboard.rendering import format_duration, format_ts
+from sqlq_orm.dashboard.rendering import format_duration, format_local, format_ts
 from sqlq_orm.dashboard.security import (
     CsrfTokens,
     DashboardRefused,
@@ -53,6 +53,16 @@ def test_durations_read_in_two_units_at_most(seconds, text):
 def test_timestamps_are_utc():
     assert format_ts(1_700_000_000) == "2023-11-14 22:13:20Z"
     assert format_ts(None) == ""
+
+
+@pytest.mark.parametrize(
+    "zone, text",
+    [("Europe/Paris", "2023-11-14 23:13 CET"), ("America/New_York", "2023-11-14 17:13 EST"),
+     ("UTC", "2023-11-14 22:13 UTC"), ("Mars/Olympus_Mons", "2023-11-14 22:13 UTC")],
+)  # fmt: skip
+def test_schedule_runs_read_in_the_schedules_zone_and_unknown_zones_in_utc(zone, text):
+    assert format_local(1_700_000_000, zone) == text
+    assert format_local(None, zone) == "never"
 
 
 @pytest.mark.parametrize(
