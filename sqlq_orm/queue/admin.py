@@ -60,9 +60,12 @@ class Administration(QueueCore):
                 raise InvalidTransition(job_id, status.value, "retry")
             try:
                 with connection.begin_nested():
-                    queue = connection.execute(
-                        self.sql.manual_retry, {"p_id": job_id, "p_status": status.value}
-                    ).scalar_one()
+                    rows, _ = self.sql.run_returning(
+                        connection,
+                        self.sql.manual_retry,
+                        {"p_id": job_id, "p_status": status.value},
+                    )
+                    (queue,) = rows[0]
             except IntegrityError:
                 raise InvalidTransition(
                     job_id, status.value, "retry (another unfinished job has its dedupe_key)"

@@ -52,11 +52,9 @@ class Claiming(QueueCore):
             tokens=self.dialect.bind_tokens(tokens),
         )
         with self._write() as connection:
-            result = connection.execute(statement, params)
-            rows = result.all()
+            rows, changed = self.sql.run_returning(connection, statement, params)
             if not rows:
                 return []
-            changed = self.dialect.rows_changed(connection, result)
             if changed != len(rows) or len(rows) > limit:
                 # Every claimed row must get its CLAIMED event below; a row changed but
                 # not returned would be a job held by nobody. Roll the claim back.

@@ -125,7 +125,7 @@ class Enqueueing(QueueCore):
             statement = self.sql.insert_job_unless_duplicate
         if app_columns:
             statement = statement.values(dict(app_columns))
-        job_id = connection.execute(statement, params).scalar_one_or_none()
+        job_id = self.sql.insert_unless_duplicate(connection, statement, params)
         if job_id is not None:
             return int(job_id), True
         existing, job_id = self._active_duplicate_or_insert(connection, statement, params)
@@ -165,7 +165,7 @@ class Enqueueing(QueueCore):
                         wanted,
                     )
                 return int(existing.id), 0
-            job_id = connection.execute(statement, params).scalar_one_or_none()
+            job_id = self.sql.insert_unless_duplicate(connection, statement, params)
             if job_id is not None:
                 return None, int(job_id)
         raise SqlqError(

@@ -69,9 +69,10 @@ class FailureRecording(QueueCore):
         if retry_count < max_retries:
             delay = self.retry_policy.delay_seconds(retry_count + 1)
             params["p_delay"] = delay
-            run_at = connection.execute(self.sql.requeue_for_retry, params).scalar_one_or_none()
-            if run_at is None:
+            rows, _ = self.sql.run_returning(connection, self.sql.requeue_for_retry, params)
+            if not rows:
                 return None
+            run_at = rows[0][0]
             outcome = JobStatus.QUEUED
             event = self._event(
                 job_id,

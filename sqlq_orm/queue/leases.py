@@ -28,9 +28,10 @@ class LeaseCalls(FailureRecording):
         """Move a CLAIMED job to RUNNING, open its attempt row, write STARTED."""
         params = self._lease_params(lease)
         with self._write() as connection:
-            row = connection.execute(self.sql.start, params).one_or_none()
-            if row is None:
+            rows, _ = self.sql.run_returning(connection, self.sql.start, params)
+            if not rows:
                 raise LeaseLost(lease.job_id)
+            row = rows[0]
             lease.attempt = row.attempt_count
             lease.deadline_at = row.deadline_at
             connection.execute(
@@ -61,7 +62,8 @@ class LeaseCalls(FailureRecording):
             self.default_lease_seconds if lease_seconds is None else lease_seconds
         )
         with self._write() as connection:
-            expires_at = connection.execute(self.sql.heartbeat, params).scalar_one_or_none()
+            rows, _ = self.sql.run_returning(connection, self.sql.heartbeat, params)
+            expires_at = rows[0][0] if rows else None
             if expires_at is None:
                 state = connection.execute(self.sql.lease_state, params).one_or_none()
                 if state is not None and state[1] and state[0] in HELD and state[2]:
@@ -136,12 +138,10 @@ class LeaseCalls(FailureRecording):
             return []
         pairs = [(lease.job_id, lease.token) for lease in by_id.values()]
         with self._write() as connection:
-            done = {
-                row[0]
-                for row in connection.execute(
-                    self.sql.succeed_batch, {"p_ids": list(by_id), "p_pairs": pairs}
-                )
-            }
+            rows, _ = self.sql.run_returning(
+                connection, self.sql.succeed_batch, {"p_ids": list(by_id), "p_pairs": pairs}
+            )
+            done = {row[0] for row in rows}
             finished = [lease for lease in by_id.values() if lease.job_id in done]
             if finished:
                 connection.execute(

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.sql import FromClause, Select
+from sqlalchemy.sql.dml import Update
 from sqlalchemy.sql.elements import ColumnElement
 
 
@@ -63,6 +64,22 @@ def _always_enforced(connection: Connection) -> bool:
 
 def _never_broken(connection: Connection) -> list[str]:
     return []
+
+
+def _never_retry(exc: BaseException) -> bool:
+    return False
+
+
+def _materialized_cte(select: Select[Any], name: str) -> FromClause:
+    return select.cte(name).prefix_with("MATERIALIZED")
+
+
+def _as_planned(update: Update) -> Update:
+    return update
+
+
+def _limit_in_subquery_as_is(select: Select[Any]) -> Select[Any]:
+    return select
 
 
 def _reflection_keeps_sort_order(connection: Connection, table: str, index: str) -> None:
@@ -135,3 +152,28 @@ class Backend:
     """Open a connection of its own on the engine's database that hears commits of
     other connections (PostgreSQL: ``LISTEN`` on the channel; SQLite: watching
     ``PRAGMA data_version``); None if this engine's driver cannot (polling only)."""
+    update_returning: bool = True
+    """Whether the database has ``UPDATE ... RETURNING``. Where it has not (MariaDB,
+    MySQL), each statement that reads back what it changed runs as: lock the rows
+    (``SELECT ... FOR UPDATE``), update them by id, read them again, in the caller's
+    transaction (:mod:`sqlq_orm.db.statements.returning`)."""
+    is_duplicate_key: Callable[[BaseException], bool] | None = None
+    """Set where ``INSERT ... ON CONFLICT DO NOTHING RETURNING`` cannot say that it
+    skipped a row (MySQL's ``ON DUPLICATE KEY UPDATE`` returns the existing one): the
+    dedupe insert then runs in a savepoint, and this tells its duplicate-key error
+    from any other. None: the backend's ``insert`` skips conflicts itself."""
+    materialize: Callable[[Select[Any], str], FromClause] = _materialized_cte
+    """A ``SELECT`` the planner must run first, on its own, as a named CTE
+    (``MATERIALIZED`` where the database has the keyword)."""
+    limited_in_subquery: Callable[[Select[Any]], Select[Any]] = _limit_in_subquery_as_is
+    """Make a ``SELECT ... LIMIT n`` usable in ``id IN (...)`` of a DELETE on the same
+    table (MySQL allows neither LIMIT there nor the target table: wrap it)."""
+    by_primary_key: Callable[[Update], Update] = _as_planned
+    """Make an ``UPDATE`` whose guard names rows by id read them by primary key. InnoDB
+    locks index records as it reads them: on a small table MySQL may reach the row
+    through a status index, lock that entry, then wait for the row, while the
+    transaction holding the row waits for the entry to change status: a deadlock."""
+    is_retryable: Callable[[BaseException], bool] = _never_retry
+    """Whether an error means the transaction was a deadlock victim or timed out
+    waiting for a lock, so that running the whole transaction again is safe (MySQL
+    1213, 1205). SQLite waits (busy timeout); PostgreSQL's claims never deadlock."""

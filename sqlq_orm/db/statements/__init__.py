@@ -24,7 +24,11 @@ from sqlq_orm.db.tables import Tables
 
 
 class Statements(
-    EnqueueStatements, ClaimStatements, LeasesStatements, SweepStatements, AdminStatements
+    EnqueueStatements,
+    ClaimStatements,
+    LeasesStatements,
+    SweepStatements,
+    AdminStatements,
 ):
     """Every statement the queue runs, prebuilt for one set of tables and one clock."""
 

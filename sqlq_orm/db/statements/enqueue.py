@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from sqlalchemy import (
     BigInteger,
     and_,
@@ -11,6 +14,8 @@ from sqlalchemy import (
     select,
     text,
 )
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
 
 from sqlq_orm.db.statements.base import ACTIVE_VALUES, StatementGroup, status_in
 from sqlq_orm.schema.states import JobStatus
@@ -53,12 +58,19 @@ class EnqueueStatements(StatementGroup):
             "max_runtime_seconds": bindparam("p_max_runtime_seconds"),
         }
         self.insert_job = insert(jobs).values(job_values).returning(j.id)
-        self.insert_job_unless_duplicate = (
-            dialect.insert(jobs)
-            .values(job_values)
-            .on_conflict_do_nothing(index_elements=[j.dedupe_key], index_where=self.dedupe_where)
-            .returning(j.id)
-        )
+        if dialect.is_duplicate_key is None:
+            self.insert_job_unless_duplicate = (
+                dialect.insert(jobs)
+                .values(job_values)
+                .on_conflict_do_nothing(
+                    index_elements=[j.dedupe_key], index_where=self.dedupe_where
+                )
+                .returning(j.id)
+            )
+        else:
+            # No conflict clause that reports a skipped row here: the plain insert runs
+            # in a savepoint and a duplicate key means "taken" (see insert_unless_duplicate).
+            self.insert_job_unless_duplicate = self.insert_job
         self.insert_event = insert(events).values(
             job_id=bindparam("p_job_id"),
             ts=now,
@@ -70,3 +82,19 @@ class EnqueueStatements(StatementGroup):
         # One channel per job table, so two apps' queues in one database stay apart.
         self.wake_channel = f"sqlq_jobs:{jobs.fullname}"[:CHANNEL_MAX]
         self.notify_jobs = None if dialect.notify_sql is None else text(dialect.notify_sql)
+
+    def insert_unless_duplicate(
+        self, connection: Connection, statement: Any, params: Mapping[str, Any]
+    ) -> int | None:
+        """Run a dedupe insert: the new job's id, or None when a live job holds its key."""
+        is_duplicate_key = self.dialect.is_duplicate_key
+        if is_duplicate_key is None:
+            job_id = connection.execute(statement, params).scalar_one_or_none()
+            return None if job_id is None else int(job_id)
+        try:
+            with connection.begin_nested():
+                return int(connection.execute(statement, params).scalar_one())
+        except IntegrityError as exc:
+            if is_duplicate_key(exc):
+                return None
+            raise

@@ -28,16 +28,17 @@ class LeasesStatements(StatementGroup):
         guard = self.lease_guard()
         deadline_from_now = self.deadline_from_now()
         # -- start -----------------------------------------------------------------
-        self.start = (
-            update(jobs)
+        self.start = self.returning_update(
+            self.update_by_id(jobs)
             .where(guard, j.status == JobStatus.CLAIMED.value)
             .values(
                 status=JobStatus.RUNNING.value,
                 started_at=now,
                 attempt_count=j.attempt_count + 1,
                 deadline_at=deadline_from_now,
-            )
-            .returning(j.attempt_count, j.deadline_at)
+            ),
+            [j.attempt_count, j.deadline_at],
+            by_id=True,
         )
         self.open_attempt = insert(attempts).values(
             job_id=bindparam("p_job_id"),
@@ -48,15 +49,16 @@ class LeasesStatements(StatementGroup):
         )
 
         # -- heartbeat -------------------------------------------------------------
-        self.heartbeat = (
-            update(jobs)
+        self.heartbeat = self.returning_update(
+            self.update_by_id(jobs)
             .where(
                 guard,
                 status_in(j.status, HELD_VALUES),
                 or_(j.deadline_at.is_(None), j.deadline_at > now),
             )
-            .values(heartbeat_at=now, lease_expires_at=now + bindparam("p_lease_seconds"))
-            .returning(j.lease_expires_at)
+            .values(heartbeat_at=now, lease_expires_at=now + bindparam("p_lease_seconds")),
+            [j.lease_expires_at],
+            by_id=True,
         )
         self.lease_state = select(
             j.status,
@@ -67,7 +69,7 @@ class LeasesStatements(StatementGroup):
         # -- finish (each guarded by token and the status the caller saw) ------------
         seen = j.status == bindparam("p_status")
         self.succeed = (
-            update(jobs)
+            self.update_by_id(jobs)
             .where(guard, j.status == JobStatus.RUNNING.value)
             .values(
                 status=JobStatus.SUCCEEDED.value,
@@ -81,8 +83,8 @@ class LeasesStatements(StatementGroup):
         # succeed_many: the same guard for a whole batch, one (id, token) pair per
         # lease; RETURNING names the jobs whose guard still matched. "id IN" as well,
         # so SQLite looks the rows up by primary key instead of scanning RUNNING jobs.
-        self.succeed_batch = (
-            update(jobs)
+        self.succeed_batch = self.returning_update(
+            self.update_by_id(jobs)
             .where(
                 j.id.in_(bindparam("p_ids", expanding=True)),
                 tuple_(j.id, j.lease_token).in_(bindparam("p_pairs", expanding=True)),
@@ -95,11 +97,11 @@ class LeasesStatements(StatementGroup):
                 error_code=None,
                 error_detail=None,
                 **lease_cleared(),
-            )
-            .returning(j.id)
+            ),
+            [j.id],
         )
-        self.requeue_for_retry = (
-            update(jobs)
+        self.requeue_for_retry = self.returning_update(
+            self.update_by_id(jobs)
             .where(guard, seen)
             .values(
                 status=JobStatus.QUEUED.value,
@@ -108,11 +110,12 @@ class LeasesStatements(StatementGroup):
                 error_code=bindparam("p_code"),
                 error_detail=bindparam("p_detail"),
                 **lease_cleared(),
-            )
-            .returning(j.run_at)
+            ),
+            [j.run_at],
+            by_id=True,
         )
         self.fail = (
-            update(jobs)
+            self.update_by_id(jobs)
             .where(guard, seen)
             .values(
                 status=JobStatus.FAILED.value,
@@ -123,7 +126,7 @@ class LeasesStatements(StatementGroup):
             )
         )
         self.release = (
-            update(jobs)
+            self.update_by_id(jobs)
             .where(guard, status_in(j.status, HELD_VALUES))
             .values(status=JobStatus.QUEUED.value, run_at=now, **lease_cleared())
         )
@@ -140,8 +143,11 @@ class LeasesStatements(StatementGroup):
         )
         self.close_attempt_upsert = upsert.on_conflict_do_update(
             index_elements=[a.job_id, a.attempt],
+            # The proposed row's finished_at is "now" too; naming it keeps the clock's
+            # bound parameter out of the conflict clause (PyMySQL's executemany cannot
+            # batch an ON DUPLICATE KEY UPDATE that has parameters).
             set_={
-                "finished_at": now,
+                "finished_at": upsert.excluded.finished_at,
                 "status": upsert.excluded.status,
                 "error_code": upsert.excluded.error_code,
                 "error_detail": upsert.excluded.error_detail,
