@@ -74,6 +74,10 @@ def _materialized_cte(select: Select[Any], name: str) -> FromClause:
     return select.cte(name).prefix_with("MATERIALIZED")
 
 
+def _no_generated_columns(index: Any) -> str | None:
+    return None
+
+
 def _as_planned(update: Update) -> Update:
     return update
 
@@ -173,6 +177,10 @@ class Backend:
     locks index records as it reads them: on a small table MySQL may reach the row
     through a status index, lock that entry, then wait for the row, while the
     transaction holding the row waits for the entry to change status: a deadlock."""
+    generated_key_column: Callable[[Any], str | None] = _no_generated_columns
+    """The generated column behind an index the database cannot declare as the model
+    does (MySQL: a partial unique index), or None. Schema comparison then takes the
+    stored index on that column for the model's, and the column for part of it."""
     is_retryable: Callable[[BaseException], bool] = _never_retry
     """Whether an error means the transaction was a deadlock victim or timed out
     waiting for a lock, so that running the whole transaction again is safe (MySQL

@@ -25,6 +25,7 @@ from sqlalchemy.schema import CreateIndex, Index
 from sqlalchemy.sql import FromClause, Select
 from sqlalchemy.sql.dml import Update
 from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.sqltypes import NullType
 
 from sqlq_orm.db.backends.base import Backend, MaintenanceStatement
 from sqlq_orm.db.clock import epoch_now
@@ -192,12 +193,22 @@ def _maintenance(engine: Engine, task: str, tables: Sequence[Any]) -> Maintenanc
 # -- partial unique indexes ---------------------------------------------------------
 
 
+KEY_TYPE_INFO = "sqlq_key_type"
+"""``Index.info`` key: the indexed column's type, for an index built without its table
+(Alembic's ``op.create_index``), so the generated column can be declared."""
+
+
 def partial_index_column(index: Index) -> str:
     """The generated column behind a partial unique index on MySQL: ``<index>_key``."""
     name = f"{index.name}_key"
     if len(name) > IDENTIFIER_MAX:
         raise CompileError(f"generated column name {name!r} is over {IDENTIFIER_MAX} characters")
     return name
+
+
+def generated_key_column(index: Index) -> str | None:
+    """The generated column behind ``index`` here (a partial unique index), or None."""
+    return partial_index_column(index) if partial_index_predicate(index) is not None else None
 
 
 def partial_index_predicate(index: Index) -> Any:
@@ -219,10 +230,17 @@ def _create_index(create: CreateIndex, compiler: Any, **kw: Any) -> str:
             f"index {index.name!r}: MySQL emulates only single-column unique partial indexes"
         )
     column = index.table.c[index.expressions[0].name]  # type: ignore[union-attr]
+    key_type = index.info.get(KEY_TYPE_INFO, column.type)
+    if isinstance(key_type, NullType):
+        # Alembic's op.create_index knows column names only, not their types.
+        raise CompileError(
+            f"index {index.name!r}: MySQL needs the type of {column.name!r} for the generated "
+            f"column; pass info={{{KEY_TYPE_INFO!r}: <type>}} to create_index"
+        )
     preparer = compiler.preparer
     sql = compiler.sql_compiler
     predicate = sql.process(where, literal_binds=True)
-    type_sql = compiler.dialect.type_compiler_instance.process(column.type)
+    type_sql = compiler.dialect.type_compiler_instance.process(key_type)
     generated = preparer.quote(partial_index_column(index))
     # NULL once the predicate stops holding: InnoDB's unique indexes allow any number
     # of NULLs, so only rows the partial index would hold compete for a key.
@@ -264,6 +282,7 @@ def _backend(name: str) -> Backend:
         install_hooks=install_hooks,
         materialize=_plain_cte,
         by_primary_key=_by_primary_key,
+        generated_key_column=generated_key_column,
         limited_in_subquery=_derived,
     )
 
