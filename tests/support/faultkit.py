@@ -53,6 +53,11 @@ def is_mysql(engine: Engine) -> bool:
     return engine.dialect.name in ("mysql", "mariadb")
 
 
+def drop_index_sql(engine: Engine, index: str, table: str) -> str:
+    """``DROP INDEX`` as this database spells it (MySQL names the table too)."""
+    return f"DROP INDEX {index} ON {table}" if is_mysql(engine) else f"DROP INDEX {index}"
+
+
 def lock_waiters_sql(engine: Engine) -> str:
     """SQL counting this database's sessions that wait for a lock right now."""
     return _LOCK_WAITERS["mysql" if is_mysql(engine) else engine.dialect.name]

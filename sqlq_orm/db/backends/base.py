@@ -181,6 +181,9 @@ class Backend:
     """The generated column behind an index the database cannot declare as the model
     does (MySQL: a partial unique index), or None. Schema comparison then takes the
     stored index on that column for the model's, and the column for part of it."""
+    hold_migration_lock: Callable[[Connection], AbstractContextManager[None]] = _nothing_to_suspend
+    """Around a whole migration run, where DDL commits as it goes (MySQL): a lock held
+    by the session, so a second migrator never sees the first one's half-made schema."""
     is_retryable: Callable[[BaseException], bool] = _never_retry
     """Whether an error means the transaction was a deadlock victim or timed out
     waiting for a lock, so that running the whole transaction again is safe (MySQL

@@ -12,7 +12,8 @@ index's predicate holds, and is NULL otherwise (InnoDB allows any number of NULL
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import String, cast, event, func, literal
@@ -29,6 +30,7 @@ from sqlalchemy.sql.sqltypes import NullType
 
 from sqlq_orm.db.backends.base import Backend, MaintenanceStatement
 from sqlq_orm.db.clock import epoch_now
+from sqlq_orm.errors import SqlqError
 
 DIALECTS = ("mysql", "mariadb")
 """SQLAlchemy names both (``mysql+pymysql://`` and ``mariadb+pymysql://``)."""
@@ -153,26 +155,55 @@ def install_hooks(engine: Engine, busy_timeout_ms: int) -> None:
         return IntegrityError(error.statement, error.params, context.original_exception)
 
 
-def _lock_for_migration(connection: Connection) -> None:
-    # DDL commits implicitly in MySQL, so a transaction-scoped lock would not last:
-    # take the named lock for the session and let it go when the migration's
-    # transaction ends either way.
+def _get_migration_lock(connection: Connection) -> None:
     got = connection.exec_driver_sql(
         f"SELECT GET_LOCK('{MIGRATION_LOCK}', {MIGRATION_LOCK_WAIT_SECONDS})"
     ).scalar()
     if got != 1:
-        from sqlq_orm.errors import SqlqError
-
         raise SqlqError(
             f"another migration held the lock {MIGRATION_LOCK!r} for "
             f"{MIGRATION_LOCK_WAIT_SECONDS}s; try again when it has finished"
         )
+
+
+@contextmanager
+def _hold_migration_lock(connection: Connection) -> Iterator[None]:
+    # A named lock belongs to the session, not the transaction: it outlives the
+    # implicit commits of DDL. GET_LOCK nests, so the migration transaction's own
+    # (below) only counts up and down inside this one.
+    _get_migration_lock(connection)
+    connection.rollback()  # the migration starts outside a transaction
+    try:
+        yield
+    finally:
+        connection.rollback()
+        connection.exec_driver_sql(f"SELECT RELEASE_LOCK('{MIGRATION_LOCK}')")
+        connection.rollback()
+
+
+def _lock_for_migration(connection: Connection) -> None:
+    # DDL commits implicitly in MySQL, so a transaction-scoped lock would not last:
+    # take the named lock for the session and let it go when the migration's
+    # transaction ends either way (a host app's Alembic enters here only).
+    _get_migration_lock(connection)
 
     def _release(conn: Connection) -> None:
         conn.exec_driver_sql(f"SELECT RELEASE_LOCK('{MIGRATION_LOCK}')")
 
     for name in ("commit", "rollback"):
         event.listen(connection, name, _release, once=True)
+
+
+def _descending_index_columns(connection: Connection, table: str, index: str) -> set[str] | None:
+    # SQLAlchemy's MySQL reflection drops DESC; information_schema keeps it ('D').
+    rows = connection.exec_driver_sql(
+        "SELECT COLUMN_NAME, COLLATION FROM information_schema.STATISTICS "
+        "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s AND INDEX_NAME = %s",
+        (table, index),
+    ).all()
+    if not rows:
+        return None
+    return {str(name) for name, collation in rows if collation == "D"}
 
 
 def _maintenance(engine: Engine, task: str, tables: Sequence[Any]) -> MaintenanceStatement:
@@ -276,6 +307,8 @@ def _backend(name: str) -> Backend:
         # A consistent snapshot from the first read on, as PostgreSQL's REPEATABLE READ.
         snapshot_options={"isolation_level": "REPEATABLE READ"},
         lock_for_migration=_lock_for_migration,
+        hold_migration_lock=_hold_migration_lock,
+        descending_index_columns=_descending_index_columns,
         update_returning=False,
         is_duplicate_key=is_duplicate_key,
         is_retryable=is_retryable,
