@@ -22,7 +22,7 @@ VENV = Path(os.environ.get("SQLQ_VENV", ROOT / ".venv"))
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PYTHON = BIN / "python"
 
-EXTRAS = {"demo": "postgres", "test": "test", "bench": "test,bench", "lint": "dev"}
+EXTRAS = {"demo": "postgres,mysql", "test": "test", "bench": "test,bench", "lint": "dev"}
 
 
 def ensure_env(extra: str) -> None:
