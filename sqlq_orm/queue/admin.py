@@ -13,13 +13,14 @@ from sqlq_orm.errors import (
     InvalidTransition,
     JobNotFound,
 )
-from sqlq_orm.queue.core import SYSTEM_ACTOR, QueueCore
+from sqlq_orm.queue.core import SYSTEM_ACTOR, QueueCore, retry_if_rolled_back
 from sqlq_orm.schema.states import TERMINAL, AttemptStatus, Event, JobStatus
 
 
 class Administration(QueueCore):
     """What an operator does to a job by its id, and what they read."""
 
+    @retry_if_rolled_back
     def cancel(self, job_id: int, *, actor: str = SYSTEM_ACTOR, reason: str | None = None) -> None:
         """Cancel an unfinished job. A worker holding it loses its lease.
 
@@ -48,6 +49,7 @@ class Administration(QueueCore):
                 detail["reason"] = error_codes.summarize_detail(reason) or ""
             self._write_events(connection, [self._event(job_id, Event.CANCELLED, actor, detail)])
 
+    @retry_if_rolled_back
     def retry(self, job_id: int, *, actor: str = SYSTEM_ACTOR) -> None:
         """Requeue a FAILED or CANCELLED job now, with a fresh retry budget.
 

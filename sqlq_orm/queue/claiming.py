@@ -12,7 +12,7 @@ from sqlq_orm.core.lease import Lease
 from sqlq_orm.errors import (
     SqlqError,
 )
-from sqlq_orm.queue.core import QueueCore
+from sqlq_orm.queue.core import QueueCore, retry_if_rolled_back
 from sqlq_orm.schema.mixins import QUEUE_MAX, WORKER_ID_MAX
 from sqlq_orm.schema.states import Event
 
@@ -20,6 +20,7 @@ from sqlq_orm.schema.states import Event
 class Claiming(QueueCore):
     """Leasing ready jobs to a worker."""
 
+    @retry_if_rolled_back
     def claim(
         self,
         worker_id: str,

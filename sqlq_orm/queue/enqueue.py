@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from sqlq_orm.core import validation
 from sqlq_orm.errors import DedupeConflict, InvalidInput, SqlqError
-from sqlq_orm.queue.core import SYSTEM_ACTOR, QueueCore
+from sqlq_orm.queue.core import SYSTEM_ACTOR, QueueCore, retry_if_rolled_back
 from sqlq_orm.queue.types import EnqueuedJob, JobSpec
 from sqlq_orm.schema.mixins import DEDUPE_KEY_MAX, QUEUE_MAX, REF_MAX, TYPE_MAX
 from sqlq_orm.schema.states import Event
@@ -64,6 +64,7 @@ class Enqueueing(QueueCore):
             "p_max_runtime_seconds": max_runtime_seconds,
         }
 
+    @retry_if_rolled_back
     def enqueue(
         self,
         type: str,
@@ -173,6 +174,7 @@ class Enqueueing(QueueCore):
             f"that finished at once ({_DEDUPE_ROUNDS} rounds); nothing was written, try again"
         )
 
+    @retry_if_rolled_back
     def enqueue_many(
         self, jobs: Iterable[JobSpec | Mapping[str, Any]], *, session: Session | None = None
     ) -> list[int]:

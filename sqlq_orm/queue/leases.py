@@ -16,6 +16,7 @@ from sqlq_orm.errors import (
     LeaseLost,
     MaxRuntimeExceeded,
 )
+from sqlq_orm.queue.core import retry_if_rolled_back
 from sqlq_orm.queue.failures import FailureRecording
 from sqlq_orm.schema.mixins import REF_MAX
 from sqlq_orm.schema.states import HELD, AttemptStatus, Event, JobStatus
@@ -24,6 +25,7 @@ from sqlq_orm.schema.states import HELD, AttemptStatus, Event, JobStatus
 class LeaseCalls(FailureRecording):
     """Everything a worker does with a job it holds."""
 
+    @retry_if_rolled_back
     def start(self, lease: Lease) -> Lease:
         """Move a CLAIMED job to RUNNING, open its attempt row, write STARTED."""
         params = self._lease_params(lease)
@@ -49,6 +51,7 @@ class LeaseCalls(FailureRecording):
         lease.started = True
         return lease
 
+    @retry_if_rolled_back
     def heartbeat(self, lease: Lease, lease_seconds: int | None = None) -> int:
         """Renew the lease; return the new ``lease_expires_at``.
 
@@ -87,6 +90,7 @@ class LeaseCalls(FailureRecording):
         lease.lease_expires_at = expires_at
         return int(expires_at)
 
+    @retry_if_rolled_back
     def succeed(self, lease: Lease, result_ref: str | None = None) -> None:
         """Finish a RUNNING job as SUCCEEDED, close its attempt, write SUCCEEDED.
 
@@ -113,6 +117,7 @@ class LeaseCalls(FailureRecording):
                 ],
             )
 
+    @retry_if_rolled_back
     def succeed_many(self, leases: Sequence[Lease]) -> list[Lease]:
         """Finish a batch of RUNNING jobs as SUCCEEDED in one transaction.
 
@@ -172,6 +177,7 @@ class LeaseCalls(FailureRecording):
                 )
         return [lease for lease in by_id.values() if lease.job_id not in done]
 
+    @retry_if_rolled_back
     def fail(
         self,
         lease: Lease,
@@ -210,6 +216,7 @@ class LeaseCalls(FailureRecording):
                 raise LeaseLost(lease.job_id)
         return status
 
+    @retry_if_rolled_back
     def release(self, lease: Lease, reason: str = "released by worker") -> None:
         """Give an unfinished job back to the queue now, without spending a retry.
 
