@@ -2,7 +2,7 @@
 
 Each database gets one module in this package that builds its record; the registry
 in :mod:`sqlq_orm.db.backends` picks one by SQLAlchemy's dialect name. A new database
-(MySQL/MariaDB, say) is a new module here plus one line in the registry, and must pass
+(as MariaDB/MySQL was) is a new module here plus one line in the registry, and must pass
 the conformance suite in ``tests/conformance``.
 """
 

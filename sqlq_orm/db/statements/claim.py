@@ -2,7 +2,9 @@
 
 On PostgreSQL the candidates are locked with ``FOR UPDATE SKIP LOCKED`` inside a
 ``MATERIALIZED`` CTE; on SQLite the claim's ``BEGIN IMMEDIATE`` already serialises
-writers. Each claimed row gets the token at its position in the ``tokens`` parameter.
+writers; on MariaDB (no ``UPDATE ... RETURNING``) the locking ``SELECT`` runs first and
+the update takes exactly the rows it locked (see :mod:`.returning`). Each claimed row
+gets the token at its position in the ``tokens`` parameter.
 """
 
 from __future__ import annotations
