@@ -145,9 +145,10 @@ class PruneResult:
 class PruneQueries:
     """The statements :func:`prune` runs, for one set of tables."""
 
-    def __init__(self, tables: Tables, dialect: Backend) -> None:
+    def __init__(self, tables: Tables, dialect: Backend | None = None) -> None:
         self.tables = tables
         self.dialect = dialect
+        """The database's backend; None: a LIMIT subquery as PostgreSQL and SQLite take it."""
 
     def delete_jobs(self, status: str, cutoff: int, batch_size: int) -> Delete:
         """One batch: the oldest ``batch_size`` due jobs, found on ``ix_*_finished``."""
@@ -159,7 +160,9 @@ class PruneQueries:
             .order_by(j.finished_at)
             .limit(batch_size)
         )
-        return delete(jobs).where(j.id.in_(self.dialect.limited_in_subquery(victims)))
+        if self.dialect is not None:
+            victims = self.dialect.limited_in_subquery(victims)
+        return delete(jobs).where(j.id.in_(victims))
 
     def count_jobs(self, status: str, cutoff: int) -> Select[Any]:
         j = self.tables.jobs.c

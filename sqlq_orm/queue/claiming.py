@@ -53,7 +53,9 @@ class Claiming(QueueCore):
             tokens=self.dialect.bind_tokens(tokens),
         )
         with self._write() as connection:
-            rows, changed = self.sql.run_returning(connection, statement, params)
+            rows, changed = self.sql.run_returning(
+                connection, statement, params, count_changed=True
+            )
             if not rows:
                 return []
             if changed != len(rows) or len(rows) > limit:

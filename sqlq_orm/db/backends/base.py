@@ -70,7 +70,8 @@ def _never_retry(exc: BaseException) -> bool:
     return False
 
 
-def _materialized_cte(select: Select[Any], name: str) -> FromClause:
+def materialized_cte(select: Select[Any], name: str) -> FromClause:
+    """``WITH name AS MATERIALIZED (select)`` (PostgreSQL 12+, SQLite 3.35+)."""
     return select.cte(name).prefix_with("MATERIALIZED")
 
 
@@ -166,7 +167,7 @@ class Backend:
     skipped a row (MySQL's ``ON DUPLICATE KEY UPDATE`` returns the existing one): the
     dedupe insert then runs in a savepoint, and this tells its duplicate-key error
     from any other. None: the backend's ``insert`` skips conflicts itself."""
-    materialize: Callable[[Select[Any], str], FromClause] = _materialized_cte
+    materialize: Callable[[Select[Any], str], FromClause] = materialized_cte
     """A ``SELECT`` the planner must run first, on its own, as a named CTE
     (``MATERIALIZED`` where the database has the keyword)."""
     limited_in_subquery: Callable[[Select[Any]], Select[Any]] = _limit_in_subquery_as_is

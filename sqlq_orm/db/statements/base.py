@@ -92,11 +92,19 @@ class StatementGroup:
         return statement
 
     def run_returning(
-        self, connection: Connection, statement: Any, params: Mapping[str, Any]
+        self,
+        connection: Connection,
+        statement: Any,
+        params: Mapping[str, Any],
+        *,
+        count_changed: bool = False,
     ) -> tuple[list[Row[Any]], int]:
-        """Run an update built by :meth:`returning_update`: (returned rows, rows changed)."""
+        """Run an update built by :meth:`returning_update`: (returned rows, rows changed;
+        see :func:`~sqlq_orm.db.statements.returning.run_returning`)."""
         plan = self._plans.get(id(statement))
-        return returning.run_returning(self.dialect, connection, statement, plan, params)
+        return returning.run_returning(
+            self.dialect, connection, statement, plan, params, count_changed=count_changed
+        )
 
     def lease_guard(self) -> ColumnElement[bool]:
         """``id = :p_id AND lease_token = :p_token``: the fence of every lease call."""

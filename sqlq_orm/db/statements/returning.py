@@ -88,12 +88,20 @@ def run_returning(
     statement: Any,
     plan: LockUpdateRead | None,
     params: Mapping[str, Any],
+    *,
+    count_changed: bool = False,
 ) -> tuple[list[Row[Any]], int]:
-    """Run an update built by :func:`returning_update`: (returned rows, rows changed)."""
+    """Run an update built by :func:`returning_update`: (returned rows, rows changed).
+
+    With ``RETURNING``, the rows changed are asked of the database only with
+    ``count_changed`` (SQLite needs a statement for it); otherwise they are the rows
+    returned."""
     if plan is None:
         result = connection.execute(statement, params)
         rows = list(result.all())
-        return rows, dialect.rows_changed(connection, result)
+        counted = count_changed and bool(rows)  # nothing returned: nothing to check
+        changed = dialect.rows_changed(connection, result) if counted else len(rows)
+        return rows, changed
     if plan.lock is None:
         changed = int(connection.execute(plan.update, params).rowcount)
         if changed == 0:
