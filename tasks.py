@@ -23,7 +23,7 @@ BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PYTHON = BIN / "python"
 
 EXTRAS = {
-    "demo": "postgres,dashboard",
+    "demo": "postgres,mysql,dashboard",
     "test": "test,dashboard-test",
     "bench": "test,bench",
     "lint": "dev",

@@ -49,6 +49,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="PostgreSQL server for the PostgreSQL cases (a throw-away database is created"
         " there); default $SQLQ_BENCH_POSTGRES_URL; without it those cases are skipped",
     )
+    parser.add_argument(
+        "--mariadb",
+        metavar="URL",
+        default=os.environ.get("SQLQ_BENCH_MARIADB_URL"),
+        help="MariaDB server for the MariaDB cases (a throw-away database is created there,"
+        " e.g. mysql+pymysql://root@127.0.0.1:3306/test); default $SQLQ_BENCH_MARIADB_URL",
+    )
     parser.add_argument("--repeats", type=int, help="repetitions per measurement (medians)")
     parser.add_argument(
         "--workdir", type=Path, default=Path("bench/results/work"), help="SQLite files go here"
@@ -65,7 +72,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
-    config = Config(mode=mode, workdir=args.workdir, pg_url=args.pg, repeats=args.repeats)
+    config = Config(
+        mode=mode,
+        workdir=args.workdir,
+        pg_url=args.pg,
+        mariadb_url=args.mariadb,
+        repeats=args.repeats,
+    )
     results: list[Result] = []
     failures: dict[str, str] = {}
     started = time.time()
@@ -99,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             "platform": platform.platform(),
             "cpus": os.cpu_count(),
             "postgres": bool(args.pg),
+            "mariadb": bool(args.mariadb),
         },
         "results": [result.as_dict() for result in results],
         "failures": failures,

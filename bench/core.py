@@ -33,6 +33,7 @@ class Config:
     mode: str = "full"  # "full" | "quick" | "smoke"
     workdir: Path = Path("bench/results/work")
     pg_url: str | None = None
+    mariadb_url: str | None = None
     repeats: int | None = None
 
     def size(self, full: int, quick: int, smoke: int) -> int:
@@ -221,6 +222,46 @@ def postgres_reachable(url: str | None) -> str | None:
         engine.dispose()
     except Exception as exc:  # noqa: BLE001 - any failure means "not available"
         return f"PostgreSQL not reachable ({type(exc).__name__})"
+    return None
+
+
+@contextlib.contextmanager
+def mariadb_database(admin_url: str) -> Iterator[str]:
+    """A throw-away MariaDB database on ``admin_url``'s server; dropped afterwards."""
+    admin = sqlalchemy.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    name = f"sqlq_bench_{uuid.uuid4().hex[:10]}"
+    with admin.connect() as connection:
+        connection.exec_driver_sql(f"CREATE DATABASE `{name}`")
+    try:
+        yield admin.url.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as connection:
+            connection.exec_driver_sql(f"DROP DATABASE IF EXISTS `{name}`")
+        admin.dispose()
+
+
+def reset_mariadb(url: str) -> Engine:
+    """Empty a MariaDB bench database and create the schema again; return a hooked engine."""
+    parsed = sqlalchemy.make_url(url)
+    plain = sqlalchemy.create_engine(parsed.set(database=None), isolation_level="AUTOCOMMIT")
+    with plain.connect() as connection:
+        connection.exec_driver_sql(f"DROP DATABASE IF EXISTS `{parsed.database}`")
+        connection.exec_driver_sql(f"CREATE DATABASE `{parsed.database}`")
+    plain.dispose()
+    return create_schema(url)
+
+
+def mariadb_reachable(url: str | None) -> str | None:
+    """None when ``url`` answers; otherwise why not (used to skip MariaDB cases)."""
+    if not url:
+        return "no --mariadb URL given"
+    try:
+        engine = sqlalchemy.create_engine(url)
+        with engine.connect() as connection:
+            connection.exec_driver_sql("SELECT 1")
+        engine.dispose()
+    except Exception as exc:  # noqa: BLE001 - any failure means "not available"
+        return f"MariaDB not reachable ({type(exc).__name__})"
     return None
 
 

@@ -73,7 +73,7 @@ def _stats_cases(queue: sqlq_orm.Queue) -> dict[str, Callable[[], Any]]:
         return cases
     queries = getattr(observability, "StatsQueries", None)
     if queries is not None:
-        for named in queries(queue.tables, int(time.time())).all():
+        for named in queries(queue.tables, int(time.time()), queue.dialect).all():
             # (name, statement[, params]) or an object with those attributes.
             if isinstance(named, tuple):
                 name, statement, params = (*named, {})[:3]

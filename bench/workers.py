@@ -29,9 +29,12 @@ from bench.core import (
     compare,
     count_rows,
     fresh_sqlite,
+    mariadb_database,
+    mariadb_reachable,
     percentile,
     postgres_database,
     postgres_reachable,
+    reset_mariadb,
     reset_postgres,
     run_children,
     side_by_side,
@@ -227,4 +230,12 @@ def run(config: Config) -> list[Result]:
                 return url
 
             results += _cases(config, "postgresql", fresh_pg)
+    if mariadb_reachable(config.mariadb_url) is None and config.mariadb_url:
+        with mariadb_database(config.mariadb_url) as maria:
+
+            def fresh_mariadb() -> str:
+                reset_mariadb(maria).dispose()
+                return maria
+
+            results += _cases(config, "mariadb", fresh_mariadb)
     return results

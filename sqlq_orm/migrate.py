@@ -35,6 +35,7 @@ from sqlalchemy.pool import NullPool
 from alembic import command
 from sqlq_orm.db.backends import backend_for
 from sqlq_orm.db.engine import create_engine
+from sqlq_orm.db.maintenance import migration_session_locked
 from sqlq_orm.errors import SchemaNewerThanCode, SqlqError
 from sqlq_orm.migrations import (
     MIGRATIONS_DIR,
@@ -104,7 +105,7 @@ def upgrade(bind: str | sqlalchemy.URL | Engine, revision: str = "heads") -> Non
     Anything else already in the way raises :class:`~sqlq_orm.errors.SqlqError`
     and changes nothing.
     """
-    with _connection(bind) as connection:
+    with _connection(bind) as connection, migration_session_locked(connection):
         _refuse_unknown_revision(connection)
         if _adopt_unversioned_tables(connection):
             return
@@ -113,7 +114,7 @@ def upgrade(bind: str | sqlalchemy.URL | Engine, revision: str = "heads") -> Non
 
 def downgrade(bind: str | sqlalchemy.URL | Engine, revision: str) -> None:
     """Downgrade the database to ``revision`` (``"base"`` drops sqlq_orm's tables)."""
-    with _connection(bind) as connection:
+    with _connection(bind) as connection, migration_session_locked(connection):
         _refuse_unknown_revision(connection)
         command.downgrade(config(connection), revision)
 

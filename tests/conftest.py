@@ -1,10 +1,11 @@
-"""Fixtures shared by every test: one ``engine`` fixture over SQLite and PostgreSQL.
+"""Fixtures shared by every test: one ``engine`` fixture over SQLite, PostgreSQL, MariaDB.
 
 SQLite runs on a real file in ``tmp_path``. PostgreSQL runs against the server named
 by ``SQLQ_TEST_POSTGRES_URL`` (default ``postgresql://postgres@127.0.0.1:5432/test``):
 each test session creates its own throw-away database there, so parallel runs never
 see each other's tables. With no server, PostgreSQL tests skip with the reason;
-``SQLQ_REQUIRE_POSTGRES=1`` (set by CI) turns that skip into a failure.
+``SQLQ_REQUIRE_POSTGRES=1`` (set by CI) turns that skip into a failure. MariaDB (or
+MySQL) works the same way through ``SQLQ_TEST_MARIADB_URL`` and ``SQLQ_REQUIRE_MARIADB``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from tests.support import factories
 from tests.support.backends import BACKENDS
 
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+DEFAULT_MARIADB_URL = "mysql+pymysql://root@127.0.0.1:3306/test"
 PINNED_START = 1_700_000_000
 
 
@@ -64,11 +66,61 @@ def postgres_url() -> Iterator[str]:
         admin.dispose()
 
 
+def _require_mariadb() -> bool:
+    return os.environ.get("SQLQ_REQUIRE_MARIADB", "") not in ("", "0", "false")
+
+
+@pytest.fixture(scope="session")
+def mariadb_url() -> Iterator[str]:
+    """URL of a fresh MariaDB/MySQL database for this test session (dropped at the end).
+
+    The server is named by ``SQLQ_TEST_MARIADB_URL`` (default
+    ``mysql+pymysql://root@127.0.0.1:3306/test``); with none reachable these tests skip
+    with the reason, unless ``SQLQ_REQUIRE_MARIADB=1`` (CI) makes that a failure.
+    """
+    admin_url = sqlalchemy.make_url(os.environ.get("SQLQ_TEST_MARIADB_URL", DEFAULT_MARIADB_URL))
+    try:
+        admin = sqlalchemy.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+        with admin.connect() as connection:
+            connection.exec_driver_sql("SELECT 1")
+    except Exception as exc:  # noqa: BLE001 - any failure to connect means "no server"
+        message = (
+            f"MariaDB not reachable at {admin_url.render_as_string(hide_password=True)} "
+            f"({type(exc).__name__}); set SQLQ_TEST_MARIADB_URL to run these tests"
+        )
+        if _require_mariadb():
+            pytest.fail(f"SQLQ_REQUIRE_MARIADB is set but {message}")
+        pytest.skip(message)
+    name = f"sqlq_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    with admin.connect() as connection:
+        connection.exec_driver_sql(f"CREATE DATABASE `{name}`")
+    try:
+        yield admin_url.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as connection:
+            connection.exec_driver_sql(f"DROP DATABASE IF EXISTS `{name}`")
+        admin.dispose()
+
+
+def _empty_mariadb(url: str) -> None:
+    """Drop and recreate the session's MariaDB database (tables, generated columns, all)."""
+    parsed = sqlalchemy.make_url(url)
+    engine = sqlalchemy.create_engine(parsed.set(database=None), isolation_level="AUTOCOMMIT")
+    with engine.connect() as connection:
+        connection.exec_driver_sql(f"DROP DATABASE IF EXISTS `{parsed.database}`")
+        connection.exec_driver_sql(f"CREATE DATABASE `{parsed.database}`")
+    engine.dispose()
+
+
 @pytest.fixture(params=BACKENDS)
 def db_url(request: pytest.FixtureRequest, tmp_path) -> str:
-    """A URL for an empty database: a SQLite file, or this session's PostgreSQL DB."""
+    """A URL for an empty database: a SQLite file, or this session's server database."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'queue.db'}"
+    if request.param == "mariadb":
+        mariadb: str = request.getfixturevalue("mariadb_url")
+        _empty_mariadb(mariadb)
+        return mariadb
     url: str = request.getfixturevalue("postgres_url")
     engine = sqlalchemy.create_engine(url)
     with engine.begin() as connection:

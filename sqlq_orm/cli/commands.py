@@ -405,8 +405,9 @@ def dashboard(
     return 0
 
 
-def demo(path: str | None = None, jobs: int = 300, workers: int = 3) -> int:
-    """Run the self-contained demo on a fresh SQLite file; print its report."""
+def demo(db: str | None = None, path: str | None = None, jobs: int = 300, workers: int = 3) -> int:
+    """Run the self-contained demo (a fresh SQLite file, or ``--db`` with an empty
+    queue); print its report."""
     from sqlq_orm.cli.demo import run_demo
 
-    return run_demo(path=path, jobs=jobs, workers=workers)
+    return run_demo(db=db, path=path, jobs=jobs, workers=workers)

@@ -61,12 +61,14 @@ def open_engine(db: str | None, **kwargs: Any) -> Engine:
         raise CommandError(
             f"cannot use the database URL {shown_url(url)}: the dialect {_dialect(url)!r} is "
             f"not supported or its driver is not installed ({exc}); sqlq_orm supports "
-            "sqlite:// and postgresql:// (install sqlq_orm[postgres] for PostgreSQL's driver)"
+            "sqlite://, postgresql:// and mysql:// / mariadb:// (install sqlq_orm[postgres] "
+            "for PostgreSQL's driver, sqlq_orm[mysql] for MariaDB's and MySQL's)"
         ) from None
     except NoSuchModuleError:
         raise CommandError(
-            f"unsupported database URL {shown_url(url)}: sqlq_orm supports sqlite:// and "
-            "postgresql:// (install sqlq_orm[postgres] for PostgreSQL)"
+            f"unsupported database URL {shown_url(url)}: sqlq_orm supports sqlite://, "
+            "postgresql:// (install sqlq_orm[postgres]) and mysql:// or mariadb:// "
+            "(install sqlq_orm[mysql])"
         ) from None
     except ArgumentError as exc:
         raise CommandError(

@@ -24,8 +24,8 @@ from typing import TextIO
 
 from sqlalchemy import func, select
 
-from sqlq_orm.cli.connect import migrate_schema
-from sqlq_orm.db.engine import create_engine
+from sqlq_orm.cli.connect import CommandError, migrate_schema, open_engine, shown_url
+from sqlq_orm.db.engine import require_shared_database
 from sqlq_orm.ops import render as report
 from sqlq_orm.ops.stats import collect_stats
 from sqlq_orm.ops.timeline import job_timeline
@@ -256,26 +256,45 @@ def _progress(counts: dict[str, int]) -> str:
 
 def run_demo(
     *,
+    db: str | None = None,
     path: str | os.PathLike[str] | None = None,
     jobs: int = 300,
     workers: int = 3,
     out: TextIO | None = None,
 ) -> int:
-    """Run the demo; print its story and report to ``out``; return 0 if it all happened."""
+    """Run the demo; print its story and report to ``out``; return 0 if it all happened.
+
+    On a fresh SQLite file in ``path``, or on the database ``db`` (any supported
+    database; migrated first), whose queue must then be empty: the report counts
+    every job in it.
+    """
     out = out or sys.stdout
     say = _Narrator(out)
     if jobs < 2 or workers < 1:
         raise ValueError(f"the demo needs at least 2 jobs and 1 worker, got {jobs} and {workers}")
     directory = Path(path) if path else Path(tempfile.mkdtemp(prefix="sqlq-demo-"))
     directory.mkdir(parents=True, exist_ok=True)
-    db_file = directory / "demo.db"
-    for stale in (db_file, Path(f"{db_file}-wal"), Path(f"{db_file}-shm")):
-        stale.unlink(missing_ok=True)
-    url = f"sqlite:///{db_file}"
-    engine = create_engine(url)
+    if db is None:
+        db_file = directory / "demo.db"
+        for stale in (db_file, Path(f"{db_file}-wal"), Path(f"{db_file}-shm")):
+            stale.unlink(missing_ok=True)
+        url = f"sqlite:///{db_file}"
+        where = f"fresh SQLite database {db_file}"
+    else:
+        url = db
+        where = f"database {shown_url(url)}"
+    engine = open_engine(url)
+    require_shared_database(engine, "the demo's worker processes")
+    migrated = migrate_schema(engine)
     queue = Queue(engine)
+    already = sum(queue.counts_by_status().values())
+    if already:
+        raise CommandError(
+            f"the demo needs an empty queue, but {shown_url(url)} holds {already} job(s); "
+            "give it a database of its own (or leave out --db for a SQLite file)"
+        )
 
-    say.say(f"fresh SQLite database {db_file}: {migrate_schema(engine)}")
+    say.say(f"{where}: {migrated}")
     pool = WorkerPool(url, DEMO_HANDLERS, demo_slots(workers), log_dir=directory)
     started = pool.start()
     say.say(

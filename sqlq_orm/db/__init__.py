@@ -12,5 +12,5 @@
 - :mod:`~sqlq_orm.db.maintenance`: foreign-key suspension and migration locks.
 
 May import: :mod:`sqlq_orm.errors`, :mod:`sqlq_orm.schema`, :mod:`sqlq_orm.core`.
-A new database (MariaDB/MySQL) is a new module in ``backends/``.
+A new database is a new module in ``backends/`` (as MariaDB/MySQL's ``mysql.py``).
 """

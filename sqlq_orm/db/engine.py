@@ -23,6 +23,9 @@ DEFAULT_BUSY_TIMEOUT_MS = 30_000
 
 _HOOKED_ATTR = "_sqlq_hooks_installed"
 
+DEFAULT_DRIVERS = {"postgresql": "psycopg", "mysql": "pymysql", "mariadb": "pymysql"}
+"""The driver a URL without one gets (SQLAlchemy's own defaults need C libraries)."""
+
 
 def _install_fork_guard(engine: Engine) -> None:
     # A pooled connection inherited across fork() is shared with the parent and
@@ -92,12 +95,15 @@ def create_engine(
 ) -> Engine:
     """Create a SQLAlchemy engine with sqlq_orm's hooks installed.
 
-    Keyword arguments go to :func:`sqlalchemy.create_engine`. A PostgreSQL URL with
-    no driver uses psycopg 3.
+    Keyword arguments go to :func:`sqlalchemy.create_engine`. A URL with no driver
+    uses the one its extra installs: psycopg 3 for ``postgresql://``
+    (``sqlq_orm[postgres]``), PyMySQL for ``mysql://`` and ``mariadb://``
+    (``sqlq_orm[mysql]``).
     """
     parsed = sqlalchemy.make_url(url)
-    if parsed.drivername == "postgresql":
-        parsed = parsed.set(drivername="postgresql+psycopg")
+    default_driver = DEFAULT_DRIVERS.get(parsed.drivername)
+    if default_driver is not None:
+        parsed = parsed.set(drivername=f"{parsed.drivername}+{default_driver}")
     engine = sqlalchemy.create_engine(parsed, **kwargs)
     return configure_engine(engine, busy_timeout_ms=busy_timeout_ms)
 

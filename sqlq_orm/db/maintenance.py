@@ -64,6 +64,22 @@ def lock_for_migration(connection: Connection) -> None:
         backend.lock_for_migration(connection)
 
 
+@contextmanager
+def migration_session_locked(connection: Connection) -> Iterator[None]:
+    """Around a whole upgrade or downgrade, where DDL is not transactional (MySQL).
+
+    There each CREATE commits at once, so a second migrator could see half the tables
+    and take them for someone else's; it waits here until the first has finished.
+    Elsewhere the migration transaction's own lock (:func:`lock_for_migration`) does.
+    """
+    backend = find_backend(connection.dialect)
+    if backend is None:
+        yield
+        return
+    with backend.hold_migration_lock(connection):
+        yield
+
+
 def check_foreign_keys(connection: Connection) -> None:
     """Raise :class:`SqlqError` if a row breaks a foreign key.
 

@@ -12,6 +12,7 @@ with a temporary B-tree. Importing :mod:`sqlq_orm.migrations` registers
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from alembic.autogenerate import comparators
@@ -34,6 +35,71 @@ def declared_descending_columns(index: Index) -> set[str]:
         ):
             found.add(expression.element.name)
     return found
+
+
+def _after_alembics_own(target: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Register a comparator to run after Alembic's (whose ops it edits)."""
+    try:  # Alembic 1.18+ runs comparators by priority
+        from alembic.util.langhelpers import DispatchPriority
+    except ImportError:  # earlier: in order of registration, Alembic's first
+        return comparators.dispatch_for(target)
+    return comparators.dispatch_for(target, priority=DispatchPriority.LAST)
+
+
+@_after_alembics_own("schema")
+def accept_emulated_partial_indexes(
+    autogen_context: Any, upgrade_ops: ops.UpgradeOps, schemas: Any
+) -> None:
+    """Drop the differences a database's emulation of a model index is made of.
+
+    MySQL has no partial indexes: the model's partial unique index is stored as a
+    unique index of the same name over a generated column (see
+    :mod:`sqlq_orm.db.backends.mysql`). Alembic would report that index as changed and
+    the column as extra; when the stored index is exactly that, neither is a difference.
+    """
+    connection = autogen_context.connection
+    metadata = autogen_context.metadata
+    if connection is None or metadata is None:
+        return
+    backend = find_backend(connection.dialect)
+    if backend is None:
+        return
+    emulated: dict[tuple[str, str], str] = {}  # (table, index) -> generated column
+    for tables in metadata if isinstance(metadata, Sequence) else [metadata]:
+        for table in tables.tables.values():
+            for index in table.indexes:
+                column = backend.generated_key_column(index)
+                if column is not None:
+                    emulated[(table.name, str(index.name))] = column
+
+    def is_emulation(table: str, op: Any) -> bool:
+        if isinstance(op, ops.DropColumnOp):
+            return op.column_name in {c for (t, _), c in emulated.items() if t == table}
+        if isinstance(op, ops.DropIndexOp):
+            column = emulated.get((table, op.index_name or ""))
+            return column is not None and [c.name for c in op.to_index().columns] == [column]
+        if isinstance(op, ops.CreateIndexOp):
+            return (table, op.index_name or "") in emulated
+        return False
+
+    for table_ops in upgrade_ops.ops:
+        if not isinstance(table_ops, ops.ModifyTableOps):
+            continue
+        name = table_ops.table_name
+        dropped = {
+            op.index_name
+            for op in table_ops.ops
+            if is_emulation(name, op) and isinstance(op, ops.DropIndexOp)
+        }
+        table_ops.ops[:] = [
+            op
+            for op in table_ops.ops
+            if not is_emulation(name, op)
+            or (isinstance(op, ops.CreateIndexOp) and op.index_name not in dropped)
+        ]
+    upgrade_ops.ops[:] = [
+        op for op in upgrade_ops.ops if not (isinstance(op, ops.ModifyTableOps) and op.is_empty())
+    ]
 
 
 @comparators.dispatch_for("table")

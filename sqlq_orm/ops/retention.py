@@ -34,6 +34,7 @@ from sqlalchemy.sql.dml import ReturningDelete
 
 from sqlq_orm.core import validation
 from sqlq_orm.db import maintenance
+from sqlq_orm.db.backends import Backend
 from sqlq_orm.db.context import HasContext, QueueContext, context_of
 from sqlq_orm.db.tables import Tables
 from sqlq_orm.errors import InvalidInput, SqlqError
@@ -144,8 +145,10 @@ class PruneResult:
 class PruneQueries:
     """The statements :func:`prune` runs, for one set of tables."""
 
-    def __init__(self, tables: Tables) -> None:
+    def __init__(self, tables: Tables, dialect: Backend | None = None) -> None:
         self.tables = tables
+        self.dialect = dialect
+        """The database's backend; None: a LIMIT subquery as PostgreSQL and SQLite take it."""
 
     def delete_jobs(self, status: str, cutoff: int, batch_size: int) -> Delete:
         """One batch: the oldest ``batch_size`` due jobs, found on ``ix_*_finished``."""
@@ -157,6 +160,8 @@ class PruneQueries:
             .order_by(j.finished_at)
             .limit(batch_size)
         )
+        if self.dialect is not None:
+            victims = self.dialect.limited_in_subquery(victims)
         return delete(jobs).where(j.id.in_(victims))
 
     def count_jobs(self, status: str, cutoff: int) -> Select[Any]:
@@ -246,7 +251,7 @@ def prune(
     if max_batches is not None:
         max_batches = validation.require_int("max_batches", max_batches, minimum=1)
     context = context_of(queue)
-    q = PruneQueries(context.tables)
+    q = PruneQueries(context.tables, context.dialect)
     now = context.read_now()
     cutoffs = {status.value: policy.cutoff(status, now) for status in policy.statuses()}
     heartbeat_cutoff = _cutoff(policy.heartbeat_event_days, now)

@@ -13,13 +13,14 @@ from sqlq_orm.errors import (
     InvalidTransition,
     JobNotFound,
 )
-from sqlq_orm.queue.core import SYSTEM_ACTOR, QueueCore
+from sqlq_orm.queue.core import SYSTEM_ACTOR, QueueCore, retry_if_rolled_back
 from sqlq_orm.schema.states import TERMINAL, AttemptStatus, Event, JobStatus
 
 
 class Administration(QueueCore):
     """What an operator does to a job by its id, and what they read."""
 
+    @retry_if_rolled_back
     def cancel(self, job_id: int, *, actor: str = SYSTEM_ACTOR, reason: str | None = None) -> None:
         """Cancel an unfinished job. A worker holding it loses its lease.
 
@@ -48,6 +49,7 @@ class Administration(QueueCore):
                 detail["reason"] = error_codes.summarize_detail(reason) or ""
             self._write_events(connection, [self._event(job_id, Event.CANCELLED, actor, detail)])
 
+    @retry_if_rolled_back
     def retry(self, job_id: int, *, actor: str = SYSTEM_ACTOR) -> None:
         """Requeue a FAILED or CANCELLED job now, with a fresh retry budget.
 
@@ -60,9 +62,12 @@ class Administration(QueueCore):
                 raise InvalidTransition(job_id, status.value, "retry")
             try:
                 with connection.begin_nested():
-                    queue = connection.execute(
-                        self.sql.manual_retry, {"p_id": job_id, "p_status": status.value}
-                    ).scalar_one()
+                    rows, _ = self.sql.run_returning(
+                        connection,
+                        self.sql.manual_retry,
+                        {"p_id": job_id, "p_status": status.value},
+                    )
+                    (queue,) = rows[0]
             except IntegrityError:
                 raise InvalidTransition(
                     job_id, status.value, "retry (another unfinished job has its dedupe_key)"

@@ -12,13 +12,14 @@ from sqlq_orm.core.lease import Lease
 from sqlq_orm.errors import (
     SqlqError,
 )
-from sqlq_orm.queue.core import QueueCore
+from sqlq_orm.queue.core import QueueCore, retry_if_rolled_back
 from sqlq_orm.schema.mixins import QUEUE_MAX, WORKER_ID_MAX
 
 
 class Claiming(QueueCore):
     """Leasing ready jobs to a worker."""
 
+    @retry_if_rolled_back
     def claim(
         self,
         worker_id: str,
@@ -51,15 +52,11 @@ class Claiming(QueueCore):
             tokens=self.dialect.bind_tokens(tokens),
         )
         with self._write() as connection:
-            # preserve_rowcount: with its history in the statement (a SELECT over the
-            # UPDATE's RETURNING), the row count is otherwise gone once rows are read.
-            result = connection.execute(
-                statement, params, execution_options={"preserve_rowcount": True}
+            rows, changed = self.sql.run_returning(
+                connection, statement, params, count_changed=True
             )
-            rows = result.all()
             if not rows:
                 return []
-            changed = self.dialect.rows_changed(connection, result)
             if changed != len(rows) or len(rows) > limit:
                 # Every claimed row must get its CLAIMED event below; a row changed but
                 # not returned would be a job held by nobody. Roll the claim back.

@@ -7,14 +7,16 @@ it, and :class:`~sqlq_orm.Queue` puts them together."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from sqlq_orm.core import validation
@@ -46,6 +48,45 @@ class DeferredWrites:
 
     attempts: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
+
+
+RETRIES_AFTER_ROLLBACK = 3
+"""How often an operation runs again after the database rolled its transaction back."""
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def retry_if_rolled_back(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Run a queue operation again when its own transaction was rolled back whole.
+
+    Only for operations that do all their writes in one transaction of their own: a
+    deadlock victim (MySQL 1213) or a lock wait timeout (1205, after which leaving the
+    ``with`` block rolls the rest back) has then written nothing, so running it again
+    can neither lose nor double a job. With a caller's ``session`` the transaction is
+    the caller's, and the error goes to the caller. Which errors qualify is the
+    backend's :attr:`~sqlq_orm.db.backends.base.Backend.is_retryable`.
+    """
+
+    @functools.wraps(method)
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        queue = args[0]
+        assert isinstance(queue, QueueCore)
+        if kwargs.get("session") is not None:
+            return method(*args, **kwargs)
+        for attempt in range(RETRIES_AFTER_ROLLBACK + 1):
+            try:
+                return method(*args, **kwargs)
+            except DBAPIError as exc:
+                if attempt == RETRIES_AFTER_ROLLBACK or not queue.dialect.is_retryable(exc):
+                    raise
+                log.info(
+                    "%s: rolled back by the database (%s); running it again",
+                    method.__name__, type(exc.orig).__name__,
+                )  # fmt: skip
+        raise AssertionError("unreachable")
+
+    return run
 
 
 def detail_json(detail: Mapping[str, Any] | None) -> str | None:

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from sqlq_orm.core import validation
 from sqlq_orm.errors import DedupeConflict, InvalidInput, SqlqError
-from sqlq_orm.queue.core import SYSTEM_ACTOR, QueueCore
+from sqlq_orm.queue.core import SYSTEM_ACTOR, QueueCore, retry_if_rolled_back
 from sqlq_orm.queue.types import EnqueuedJob, JobSpec
 from sqlq_orm.schema.mixins import DEDUPE_KEY_MAX, QUEUE_MAX, REF_MAX, TYPE_MAX
 from sqlq_orm.schema.states import Event
@@ -77,6 +77,7 @@ class Enqueueing(QueueCore):
             "p_max_runtime_seconds": max_runtime_seconds,
         }
 
+    @retry_if_rolled_back
     def enqueue(
         self,
         type: str,
@@ -138,7 +139,7 @@ class Enqueueing(QueueCore):
             statement = self.sql.insert_job_unless_duplicate
         if app_columns:
             statement = statement.values(dict(app_columns))
-        job_id = connection.execute(statement, params).scalar_one_or_none()
+        job_id = self.sql.insert_unless_duplicate(connection, statement, params)
         if job_id is not None:
             return int(job_id), True
         existing, job_id = self._active_duplicate_or_insert(connection, statement, params)
@@ -178,7 +179,7 @@ class Enqueueing(QueueCore):
                         wanted,
                     )
                 return int(existing.id), 0
-            job_id = connection.execute(statement, params).scalar_one_or_none()
+            job_id = self.sql.insert_unless_duplicate(connection, statement, params)
             if job_id is not None:
                 return None, int(job_id)
         raise SqlqError(
@@ -186,6 +187,7 @@ class Enqueueing(QueueCore):
             f"that finished at once ({_DEDUPE_ROUNDS} rounds); nothing was written, try again"
         )
 
+    @retry_if_rolled_back
     def enqueue_many(
         self, jobs: Iterable[JobSpec | Mapping[str, Any]], *, session: Session | None = None
     ) -> list[int]:

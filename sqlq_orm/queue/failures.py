@@ -134,8 +134,9 @@ class FailureRecording(QueueCore):
             }
             if delay is not None:
                 params["p_delay"] = delay
-                run_at = connection.execute(self.sql.requeue_for_retry, params).scalar_one_or_none()
-                taken = run_at is not None
+                rows, _ = self.sql.run_returning(connection, self.sql.requeue_for_retry, params)
+                run_at = rows[0][0] if rows else None
+                taken = bool(rows)
             else:
                 run_at = None
                 taken = connection.execute(self.sql.fail, params).rowcount == 1

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from sqlq_orm.core import error_codes, validation
 from sqlq_orm.core.lease import Lease
 from sqlq_orm.errors import InvalidInput, LeaseLost, MaxRuntimeExceeded
-from sqlq_orm.queue.core import DeferredWrites
+from sqlq_orm.queue.core import DeferredWrites, retry_if_rolled_back
 from sqlq_orm.queue.failures import FailedRun, FailureRecording
 from sqlq_orm.queue.types import JobFailure
 from sqlq_orm.schema.states import AttemptStatus, Event, JobStatus
@@ -36,6 +36,7 @@ class BatchedLeaseCalls(FailureRecording):
             raise result
         return result
 
+    @retry_if_rolled_back
     def heartbeat_many(
         self, leases: Sequence[Lease], lease_seconds: int | None = None
     ) -> dict[int, int | LeaseLost | MaxRuntimeExceeded]:
@@ -61,7 +62,9 @@ class BatchedLeaseCalls(FailureRecording):
         results: dict[int, int | LeaseLost | MaxRuntimeExceeded] = {}
         now = time.monotonic()
         with self._write() as connection:
-            for job_id, expires_at in connection.execute(self.sql.heartbeat_batch, params):
+            renewed, _ = self.sql.run_returning(connection, self.sql.heartbeat_batch, params)
+            for row in renewed:
+                job_id, expires_at = tuple(row)
                 results[job_id] = int(expires_at)
             refused = [job_id for job_id in by_id if job_id not in results]
             if refused:
@@ -108,6 +111,7 @@ class BatchedLeaseCalls(FailureRecording):
                 by_id[job_id].lease_expires_at = result
         return results
 
+    @retry_if_rolled_back
     def fail_many(self, failures: Sequence[JobFailure]) -> dict[int, JobStatus | None]:
         """Record a batch of failed runs in one transaction.
 
@@ -153,6 +157,7 @@ class BatchedLeaseCalls(FailureRecording):
             self._flush(connection, writes)
         return {run.job_id: outcome for run, outcome in zip(runs, outcomes, strict=True)}
 
+    @retry_if_rolled_back
     def release_many(
         self, leases: Sequence[Lease], reason: str = "released by worker"
     ) -> list[Lease]:

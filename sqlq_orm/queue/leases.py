@@ -14,6 +14,7 @@ from sqlq_orm.errors import (
     InvalidTransition,
     LeaseLost,
 )
+from sqlq_orm.queue.core import retry_if_rolled_back
 from sqlq_orm.queue.failures import FailureRecording
 from sqlq_orm.schema.mixins import REF_MAX
 from sqlq_orm.schema.states import AttemptStatus, Event, JobStatus
@@ -22,13 +23,15 @@ from sqlq_orm.schema.states import AttemptStatus, Event, JobStatus
 class LeaseCalls(FailureRecording):
     """Everything a worker does with a job it holds."""
 
+    @retry_if_rolled_back
     def start(self, lease: Lease) -> Lease:
         """Move a CLAIMED job to RUNNING, open its attempt row, write STARTED."""
         params = self._lease_params(lease)
         with self._write() as connection:
-            row = connection.execute(self.sql.start, params).one_or_none()
-            if row is None:
+            rows, _ = self.sql.run_returning(connection, self.sql.start, params)
+            if not rows:
                 raise LeaseLost(lease.job_id)
+            row = rows[0]
             lease.attempt = row.attempt_count
             lease.deadline_at = row.deadline_at
             connection.execute(
@@ -46,6 +49,7 @@ class LeaseCalls(FailureRecording):
         lease.started = True
         return lease
 
+    @retry_if_rolled_back
     def succeed(self, lease: Lease, result_ref: str | None = None) -> None:
         """Finish a RUNNING job as SUCCEEDED, close its attempt, write SUCCEEDED.
 
@@ -72,6 +76,7 @@ class LeaseCalls(FailureRecording):
                 ],
             )
 
+    @retry_if_rolled_back
     def succeed_many(self, leases: Sequence[Lease]) -> list[Lease]:
         """Finish a batch of RUNNING jobs as SUCCEEDED in one transaction.
 
@@ -105,7 +110,8 @@ class LeaseCalls(FailureRecording):
                     for row in connection.execute(self.sql.succeed_batch_with_history, params)
                 }
             else:
-                done = {row[0] for row in connection.execute(self.sql.succeed_batch, params)}
+                rows, _ = self.sql.run_returning(connection, self.sql.succeed_batch, params)
+                done = {row[0] for row in rows}
                 if done:
                     # Attempt closes and events in SQL from the rows just finished.
                     history = {"p_ids": sorted(done)}
@@ -113,6 +119,7 @@ class LeaseCalls(FailureRecording):
                     connection.execute(self.sql.succeeded_events_of_batch, history)
         return [lease for lease in by_id.values() if lease.job_id not in done]
 
+    @retry_if_rolled_back
     def fail(
         self,
         lease: Lease,
@@ -151,6 +158,7 @@ class LeaseCalls(FailureRecording):
                 raise LeaseLost(lease.job_id)
         return status
 
+    @retry_if_rolled_back
     def release(self, lease: Lease, reason: str = "released by worker") -> None:
         """Give an unfinished job back to the queue now, without spending a retry.
 

@@ -69,7 +69,11 @@ class Schedules(Enqueueing):
                 }
                 for schedule in sorted(listed, key=lambda s: s.name)
             ]
-            connection.execute(self.sql.upsert_schedule, rows)
+            # One statement per schedule, not executemany: PyMySQL's bulk rewrite of an
+            # INSERT ... ON DUPLICATE KEY UPDATE with parameters after VALUES fails, and
+            # registration runs once per few minutes.
+            for row in rows:
+                connection.execute(self.sql.upsert_schedule, row)
 
     def enqueue_due_slots(self, schedules: Mapping[str, Schedule]) -> TickResult:
         """One scheduler tick: enqueue the due slots of ``schedules`` (by name).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from sqlq_orm.core import error_codes, validation
-from sqlq_orm.queue.core import SYSTEM_ACTOR, DeferredWrites
+from sqlq_orm.queue.core import SYSTEM_ACTOR, DeferredWrites, retry_if_rolled_back
 from sqlq_orm.queue.failures import FailedRun, FailureRecording
 from sqlq_orm.queue.types import SweepResult
 from sqlq_orm.schema.states import Event, JobStatus
@@ -40,6 +40,7 @@ class Sweeping(FailureRecording):
                 break
         return total
 
+    @retry_if_rolled_back
     def _sweep_batch(self, batch_size: int, actor: str) -> SweepResult:
         expired = timed_out = requeued = failed = 0
         # Attempt closes and events of the whole batch go out as two executemany

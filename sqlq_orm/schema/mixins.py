@@ -27,7 +27,7 @@ be unique per schema on PostgreSQL.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from sqlalchemy import (
     BigInteger,
@@ -47,9 +47,6 @@ from sqlalchemy.sql.elements import conv
 
 from sqlq_orm.schema.states import ACTIVE, HELD, TERMINAL, AttemptStatus, Event, JobStatus
 
-if TYPE_CHECKING:
-    from sqlalchemy.sql.schema import SchemaItem
-
 # SQLite only makes INTEGER PRIMARY KEY an alias of the rowid (and so auto-increment);
 # everywhere else the id is a 64-bit integer.
 IdType = BigInteger().with_variant(Integer(), "sqlite")
@@ -61,6 +58,16 @@ ERROR_CODE_MAX = 100
 ERROR_DETAIL_MAX = 500
 REF_MAX = 1000
 DEDUPE_KEY_MAX = 255
+
+
+MYSQL_TABLE_OPTIONS: dict[str, str] = {
+    "mysql_engine": "InnoDB",
+    "mysql_charset": "utf8mb4",
+    # Binary collation: keys, queue names and lease tokens compare case- and
+    # accent-sensitively, as on PostgreSQL and SQLite (the server default folds case).
+    "mysql_collate": "utf8mb4_bin",
+}
+"""Table options on MySQL/MariaDB (other databases ignore ``mysql_*`` arguments)."""
 
 
 def _in(column: str, values: Any) -> str:
@@ -146,7 +153,7 @@ class JobMixin:
         )
 
     @declared_attr.directive
-    def __table_args__(cls) -> tuple[SchemaItem, ...]:
+    def __table_args__(cls) -> tuple[Any, ...]:
         t = cls.__tablename__
         held = _in("status", HELD)
         return (
@@ -208,6 +215,7 @@ class JobMixin:
                 sqlite_where=text(f"dedupe_key IS NOT NULL AND {_in('status', ACTIVE)}"),
                 postgresql_where=text(f"dedupe_key IS NOT NULL AND {_in('status', ACTIVE)}"),
             ),
+            MYSQL_TABLE_OPTIONS,
         )
 
 
@@ -246,7 +254,7 @@ class JobAttemptMixin:
         return relationship(cls.__sqlq_job_model__, back_populates="attempts")
 
     @declared_attr.directive
-    def __table_args__(cls) -> tuple[SchemaItem, ...]:
+    def __table_args__(cls) -> tuple[Any, ...]:
         t = cls.__tablename__
         return (
             PrimaryKeyConstraint("id", name=conv(f"pk_{t}")),
@@ -258,6 +266,7 @@ class JobAttemptMixin:
                 "status = 'RUNNING' OR finished_at IS NOT NULL",
                 name=conv(f"ck_{t}_closed_has_finished"),
             ),
+            MYSQL_TABLE_OPTIONS,
         )
 
 
@@ -293,13 +302,14 @@ class JobEventMixin:
         return relationship(cls.__sqlq_job_model__, back_populates="events")
 
     @declared_attr.directive
-    def __table_args__(cls) -> tuple[SchemaItem, ...]:
+    def __table_args__(cls) -> tuple[Any, ...]:
         t = cls.__tablename__
         return (
             PrimaryKeyConstraint("id", name=conv(f"pk_{t}")),
             CheckConstraint(_in("event", Event), name=conv(f"ck_{t}_event_valid")),
             # a job's timeline: WHERE job_id = ? ORDER BY ts, id
             Index(conv(f"ix_{t}_job_ts"), "job_id", "ts"),
+            MYSQL_TABLE_OPTIONS,
         )
 
 
@@ -323,8 +333,11 @@ class WorkerMixin:
     last_seen_at: Mapped[int] = mapped_column(BigInteger)
 
     @declared_attr.directive
-    def __table_args__(cls) -> tuple[SchemaItem, ...]:
-        return (PrimaryKeyConstraint("id", name=conv(f"pk_{cls.__tablename__}")),)
+    def __table_args__(cls) -> tuple[Any, ...]:
+        return (
+            PrimaryKeyConstraint("id", name=conv(f"pk_{cls.__tablename__}")),
+            MYSQL_TABLE_OPTIONS,
+        )
 
 
 SCHEDULE_NAME_MAX = 200
@@ -357,10 +370,11 @@ class ScheduleMixin:
     updated_at: Mapped[int] = mapped_column(BigInteger)
 
     @declared_attr.directive
-    def __table_args__(cls) -> tuple[SchemaItem, ...]:
+    def __table_args__(cls) -> tuple[Any, ...]:
         t = cls.__tablename__
         return (
             PrimaryKeyConstraint("name", name=conv(f"pk_{t}")),
             # the scheduler's tick: WHERE next_slot_at <= now
             Index(conv(f"ix_{t}_next_slot"), "next_slot_at"),
+            MYSQL_TABLE_OPTIONS,
         )

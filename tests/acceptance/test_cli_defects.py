@@ -89,7 +89,7 @@ def job_count(url: str) -> int:
     ("url", "dialect"),
     [
         ("oracle://scott@db.example/orcl", "oracle"),
-        ("mysql://app@db.example/jobs", "mysql"),
+        ("mysql+mysqldb://app@db.example/jobs", "mysql+mysqldb"),  # mysqlclient: not installed
         ("postgresql+asyncpg://app@db.example/jobs", "postgresql+asyncpg"),
     ],
 )

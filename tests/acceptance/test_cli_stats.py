@@ -156,6 +156,6 @@ def test_maintenance_vacuums_and_explains_what_it_did(db_url, known):
     out = sqlq("maintenance", "--checkpoint", "--vacuum", "--db", db_url).stdout
     nothing = sqlq("maintenance", "--db", db_url, check=False)
 
-    assert "vacuum: VACUUM" in out
+    assert "vacuum: VACUUM" in out or "vacuum: OPTIMIZE TABLE" in out  # OPTIMIZE: MariaDB
     assert out.startswith("checkpoint: ")  # ran on SQLite, explained as skipped on PostgreSQL
     assert nothing.returncode == 1 and "pass --checkpoint and/or --vacuum" in nothing.stderr

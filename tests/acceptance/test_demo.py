@@ -33,3 +33,42 @@ def test_demo_recovers_the_killed_job_and_fails_the_poison_job(tmp_path):
     assert [e.event for e in victim.events].count("RECOVERED") == 1
     assert [a.status for a in victim.attempts] == ["FAILED", "SUCCEEDED"]
     assert sum(queue.counts_by_status().values()) == 60
+
+
+@pytest.mark.mariadb
+@pytest.mark.parametrize("db_url", ["mariadb"], indirect=True)
+def test_demo_runs_on_mariadb_with_db(db_url, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "sqlq_orm", "--db", db_url, "demo", "--jobs", "60",
+         "--workers", "2", "--path", str(tmp_path)],
+        capture_output=True, text=True, cwd=ROOT, env=subprocess_env(), timeout=120,
+    )  # fmt: skip
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = result.stdout
+    assert "the poison job killed 3 worker(s) and ended FAILED (LEASE:EXPIRED)" in report
+    assert "nothing left behind: 0 running, 0 claimed" in report
+    engine = sqlq_orm.create_engine(db_url)
+    assert migrate.current(engine), "the demo database was not built by the migrations"
+    queue = sqlq_orm.Queue(engine)
+    assert sum(queue.counts_by_status().values()) == 60
+    assert queue.get_job(1).attempts[-1].status == "SUCCEEDED"
+    engine.dispose()
+
+
+@pytest.mark.mariadb
+@pytest.mark.parametrize("db_url", ["mariadb"], indirect=True)
+def test_demo_refuses_a_database_whose_queue_has_jobs(db_url, tmp_path):
+    migrate.upgrade(db_url)
+    engine = sqlq_orm.create_engine(db_url)
+    sqlq_orm.Queue(engine).enqueue("keep_me")
+    engine.dispose()
+
+    result = subprocess.run(
+        [sys.executable, "-m", "sqlq_orm", "--db", db_url, "demo", "--path", str(tmp_path)],
+        capture_output=True, text=True, cwd=ROOT, env=subprocess_env(), timeout=60,
+    )  # fmt: skip
+
+    assert result.returncode != 0
+    assert "the demo needs an empty queue" in result.stderr
+    assert "holds 1 job(s)" in result.stderr

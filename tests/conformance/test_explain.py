@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
 from sqlalchemy import event, select
 from sqlalchemy.engine import Engine
 
@@ -32,6 +33,12 @@ SORTS_BACKLOG = {
     "sqlite": re.compile(r"USE TEMP B-TREE FOR ORDER BY"),
     "postgresql": re.compile(r"\bSort\b"),
 }
+
+
+@pytest.fixture(autouse=True)
+def _plans_this_module_can_read(db_url):
+    if db_url.startswith("mysql"):
+        pytest.skip("reads SQLite's and PostgreSQL's EXPLAIN output; MariaDB's is not parsed")
 
 
 def explain(engine: Engine, statement: Any, params: dict[str, Any] | None = None) -> list[str]:
@@ -69,9 +76,9 @@ def _full_scans(engine: Engine, named: list[tuple[str, Any]]) -> dict[str, list[
 def test_stats_show_and_prune_queries_never_scan_a_queue_table_in_full(queue):
     queue.enqueue_many([{"type": "resize"}] * 20)
     named = (
-        StatsQueries(queue.tables, NOW).all()
+        StatsQueries(queue.tables, NOW, queue.dialect).all()
         + TimelineQueries(queue.tables).all()
-        + PruneQueries(queue.tables).all(NOW)
+        + PruneQueries(queue.tables, queue.dialect).all(NOW)
     )
 
     offenders = _full_scans(queue.engine, named)

@@ -23,7 +23,7 @@ import sqlq_orm
 from sqlq_orm import JobStatus, Worker
 from sqlq_orm.db.backends import backend_for
 from sqlq_orm.ops.invariants import check
-from tests.support.faultkit import GIVE_UP_SECONDS, PauseAfter
+from tests.support.faultkit import GIVE_UP_SECONDS, UPDATE_JOBS_SET, PauseAfter
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 
@@ -106,7 +106,7 @@ def test_error_after_the_claim_update_leaves_the_job_queued_with_no_partial_rows
 
     with (
         pytest.raises(InjectedFaultError),
-        fault_after(queue.engine, r"UPDATE sqlq_jobs SET status"),
+        fault_after(queue.engine, UPDATE_JOBS_SET + " status"),
     ):
         queue.claim("worker-a", start=start)
 
@@ -353,6 +353,11 @@ def impatient_engine(db_url: str) -> sqlalchemy.Engine:
     """An engine whose writes give up after 0.2 s of waiting for a lock."""
     if db_url.startswith("sqlite"):
         return sqlq_orm.create_engine(db_url, busy_timeout_ms=200)
+    if db_url.startswith("mysql"):
+        # InnoDB counts the wait in whole seconds: 1 is its shortest.
+        return sqlq_orm.create_engine(
+            db_url, connect_args={"init_command": "SET SESSION innodb_lock_wait_timeout = 1"}
+        )
     return sqlq_orm.create_engine(db_url, connect_args={"options": "-c lock_timeout=200"})
 
 
@@ -382,3 +387,39 @@ def test_worker_whose_heartbeats_fail_for_a_whole_lease_never_reports_success(en
     assert "SUCCEEDED" not in [e.event for e in recorded.events]
     assert check(queue) == []
     worker_engine.dispose()
+
+
+# ------------------------------------------- MariaDB/MySQL: transactions rolled back
+
+
+def test_succeed_rolled_back_by_a_lock_wait_timeout_runs_again_and_finishes_once(
+    engine, db_url, queue
+):
+    if not queue.dialect.is_retryable(Exception(1205, "Lock wait timeout exceeded")):
+        pytest.skip(f"{queue.dialect.title} has no errors it runs a transaction again after")
+    worker_queue = sqlq_orm.Queue(impatient_engine(db_url), clock=queue.clock)
+    worker_queue.enqueue("t")
+    (lease,) = worker_queue.claim("worker-a", start=True)
+    timeouts = []
+    blocker = engine.connect()
+    blocker.begin()
+    blocker.execute(
+        text("SELECT id FROM sqlq_jobs WHERE id = :id FOR UPDATE"), {"id": lease.job_id}
+    )
+
+    @event.listens_for(worker_queue.engine, "handle_error")
+    def let_go_after_the_first_timeout(context):
+        # The succeed timed out waiting for the row; the lock goes, and its rerun gets it.
+        timeouts.append(context.original_exception.args[0])
+        blocker.rollback()
+
+    worker_queue.succeed(lease)
+
+    blocker.close()
+    assert timeouts == [1205]
+    job = queue.get_job(lease.job_id)
+    assert job.status == JobStatus.SUCCEEDED.value
+    assert [e.event for e in job.events].count("SUCCEEDED") == 1
+    assert [(a.attempt, a.status) for a in job.attempts] == [(1, "SUCCEEDED")]
+    assert check(queue) == []
+    worker_queue.engine.dispose()

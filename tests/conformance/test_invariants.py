@@ -16,7 +16,7 @@ from sqlalchemy import text
 import sqlq_orm
 from sqlq_orm import JobStatus, RetryPolicy
 from sqlq_orm.ops.invariants import INVARIANTS, Violation, check, replay_problem
-from tests.support.faultkit import Actor, PauseAfter, unchecked
+from tests.support.faultkit import UPDATE_JOBS_SET, Actor, PauseAfter, unchecked
 
 pytestmark = pytest.mark.filterwarnings("ignore::sqlalchemy.exc.SAWarning")
 
@@ -102,7 +102,7 @@ def test_check_accepts_an_engine_with_the_default_tables(engine, queue):
 
 def test_check_does_not_wait_for_a_writer_holding_the_lock(engine, queue):
     running_job(queue)
-    with PauseAfter(engine, r"UPDATE sqlq_jobs SET") as pause:
+    with PauseAfter(engine, UPDATE_JOBS_SET) as pause:
         writer = Actor(lambda: queue.enqueue("t") and queue.claim("worker-b", start=True))
         pause.wait()  # the writer's transaction is open and holds the write lock
 

@@ -101,8 +101,11 @@ def test_finished_history_refuses_uneven_buckets(queue):
         finished_history(queue, window_seconds=100, buckets=7)
 
 
-def test_the_dashboard_reads_never_scan_the_jobs_table_in_full(queue):
+def test_the_dashboard_reads_never_scan_the_jobs_table_in_full(queue, db_url):
     from tests.conformance.test_explain import _full_scans
+
+    if db_url.startswith("mysql"):
+        pytest.skip("reads SQLite's and PostgreSQL's EXPLAIN output; MariaDB's is not parsed")
 
     queue.enqueue_many([{"type": "resize"}] * 20)
     q = joblist.JobListQueries(queue.tables)
@@ -121,10 +124,13 @@ def test_the_dashboard_reads_never_scan_the_jobs_table_in_full(queue):
     assert _full_scans(queue.engine, named) == {}
 
 
-def test_the_list_reads_both_ends_of_the_key_without_walking_it(queue):
+def test_the_list_reads_both_ends_of_the_key_without_walking_it(queue, db_url):
     # SQLite computes min() and max() together by scanning a whole index (seconds at a
     # million rows): each end must be its own lookup.
     from tests.conformance.test_explain import explain
+
+    if db_url.startswith("mysql"):
+        pytest.skip("reads SQLite's and PostgreSQL's EXPLAIN output; MariaDB's is not parsed")
 
     plan = explain(queue.engine, joblist.JobListQueries(queue.tables).id_bounds())
     if queue.engine.dialect.name == "sqlite":

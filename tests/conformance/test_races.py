@@ -23,11 +23,11 @@ from sqlalchemy import func, select
 import sqlq_orm
 from sqlq_orm import InvalidTransition, JobStatus, LeaseLost
 from sqlq_orm.ops.invariants import check
-from tests.support.faultkit import Actor, PauseAfter, start_blocked
+from tests.support.faultkit import UPDATE_JOBS_SET, Actor, PauseAfter, start_blocked
 
-CLAIM = r"UPDATE sqlq_jobs SET status=\S+, claimed_at="
-HEARTBEAT = r"UPDATE sqlq_jobs SET heartbeat_at="
-SUCCEED = r"UPDATE sqlq_jobs SET status=\S+, result_ref="
+CLAIM = UPDATE_JOBS_SET + r" status=\S+, claimed_at="
+HEARTBEAT = UPDATE_JOBS_SET + r" heartbeat_at="
+SUCCEED = UPDATE_JOBS_SET + r" status=\S+, result_ref="
 LOCK_FOR_CANCEL = r"SELECT sqlq_jobs.status, sqlq_jobs.attempt_count, sqlq_jobs.claimed_by FROM"
 SWEEP_PICK = r"FROM sqlq_jobs WHERE sqlq_jobs.status IN \(.*\) AND sqlq_jobs.lease_expires_at <="
 

@@ -236,7 +236,9 @@ def test_checkpoint_truncates_the_sqlite_wal(tmp_path, clock):
 def test_vacuum_runs_outside_a_transaction_and_keeps_the_data(queue, known):
     (result,) = run_maintenance(queue, vacuum=True)
 
-    assert result.statement is not None and result.statement.startswith("VACUUM")
+    # VACUUM on SQLite and PostgreSQL; OPTIMIZE TABLE (a rebuild) on MariaDB/MySQL.
+    assert result.statement is not None
+    assert result.statement.startswith(("VACUUM", "OPTIMIZE TABLE"))
     assert queue.stats().counts.total == 17
 
 

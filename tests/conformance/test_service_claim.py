@@ -212,7 +212,7 @@ def _plan_nodes(node: dict) -> list[dict]:
 def test_postgresql_claim_locks_rows_read_by_index_with_no_sort_below_the_lock(
     engine, queue, queues
 ):
-    if is_sqlite(engine):
+    if engine.dialect.name != "postgresql":
         pytest.skip("PostgreSQL plans")
     queue.enqueue_many(
         [{"type": "a", "queue": "abc"[n % 3], "priority": n % 4} for n in range(6000)]
@@ -243,6 +243,8 @@ def test_the_database_clock_leases_from_the_servers_now(engine):
 
 
 def test_rows_changed_counts_the_rows_an_update_returning_changed(engine, queue):
+    if not queue.dialect.update_returning:
+        pytest.skip(f"{queue.dialect.title} has no UPDATE ... RETURNING")
     queue.enqueue_many([{"type": "a"} for _ in range(5)])
     jobs = sqlalchemy.table("sqlq_jobs", sqlalchemy.column("id"), sqlalchemy.column("priority"))
     with engine.begin() as connection:
@@ -259,7 +261,9 @@ def test_a_claim_whose_rows_do_not_add_up_is_rolled_back_whole(engine, queue):
     queue.enqueue_many([{"type": "a"} for _ in range(3)])
     # Make the claim's own check see one row more than RETURNING gave back, as if a
     # claimed row had gone missing on the way: nothing may stay claimed.
-    queue.dialect = dataclasses.replace(queue.dialect, rows_changed=lambda c, r: 3)
+    if not queue.dialect.update_returning:
+        pytest.skip("locks the rows first: the emulation checks its own count (returning.py)")
+    queue.sql.dialect = dataclasses.replace(queue.dialect, rows_changed=lambda c, r: 3)
 
     with pytest.raises(SqlqError, match=r"claim changed 3 row\(s\) but returned 2"):
         queue.claim("worker-a", limit=2)

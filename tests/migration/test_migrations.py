@@ -26,6 +26,7 @@ from sqlq_orm import migrate
 from sqlq_orm.migrations import MIGRATIONS_DIR, VERSION_TABLE, VERSIONS_DIR
 from sqlq_orm.schema.models import Base, Job, JobAttempt, JobEvent
 from tests.support import factories
+from tests.support.faultkit import drop_index_sql
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SQLQ_TABLES = set(Base.metadata.tables)
@@ -193,7 +194,7 @@ def test_upgrade_refuses_unrecorded_tables_that_differ_from_the_models(db_url):
     engine = sqlq_orm.create_engine(db_url)
     Base.metadata.create_all(engine)
     with engine.begin() as connection:
-        connection.execute(sqlalchemy.text("DROP INDEX ix_sqlq_jobs_lease"))
+        connection.exec_driver_sql(drop_index_sql(engine, "ix_sqlq_jobs_lease", "sqlq_jobs"))
 
     with pytest.raises(sqlq_orm.SqlqError, match="differ from the models"):
         migrate.upgrade(engine)

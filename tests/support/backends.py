@@ -14,4 +14,5 @@ import pytest
 BACKENDS = [
     pytest.param("sqlite", id="sqlite"),
     pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres),
+    pytest.param("mariadb", id="mariadb", marks=pytest.mark.mariadb),
 ]

@@ -31,6 +31,37 @@ GIVE_UP_SECONDS = 30.0
 
 SQLQ_TABLES = ("sqlq_jobs", "sqlq_job_attempts", "sqlq_job_events", "sqlq_workers")
 
+UPDATE_JOBS_SET = r"UPDATE sqlq_jobs (?:FORCE INDEX \(PRIMARY\) )?SET"
+"""Pattern of the queue's updates of the jobs table (MySQL names the index it reads)."""
+
+# Sessions of this database waiting for a row lock, per server database.
+_LOCK_WAITERS = {
+    "postgresql": (
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    ),
+    "mysql": (
+        "SELECT count(*) FROM information_schema.INNODB_TRX t "
+        "JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id "
+        "WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()"
+    ),
+}
+
+
+def is_mysql(engine: Engine) -> bool:
+    """MariaDB or MySQL (SQLAlchemy names the dialect either way)."""
+    return engine.dialect.name in ("mysql", "mariadb")
+
+
+def drop_index_sql(engine: Engine, index: str, table: str) -> str:
+    """``DROP INDEX`` as this database spells it (MySQL names the table too)."""
+    return f"DROP INDEX {index} ON {table}" if is_mysql(engine) else f"DROP INDEX {index}"
+
+
+def lock_waiters_sql(engine: Engine) -> str:
+    """SQL counting this database's sessions that wait for a lock right now."""
+    return _LOCK_WAITERS["mysql" if is_mysql(engine) else engine.dialect.name]
+
 
 @contextmanager
 def unchecked(engine: Engine) -> Iterator[Connection]:
@@ -45,6 +76,20 @@ def unchecked(engine: Engine) -> Iterator[Connection]:
                 yield connection
         finally:
             plain.dispose()
+        return
+    if is_mysql(engine):
+        # Session switches, set before the transaction and put back after it.
+        with engine.connect() as connection:
+            connection.exec_driver_sql("SET SESSION check_constraint_checks = OFF")
+            connection.exec_driver_sql("SET SESSION foreign_key_checks = 0")
+            connection.commit()
+            try:
+                with connection.begin():
+                    yield connection
+            finally:
+                connection.exec_driver_sql("SET SESSION check_constraint_checks = ON")
+                connection.exec_driver_sql("SET SESSION foreign_key_checks = 1")
+                connection.commit()
         return
     with engine.begin() as connection:
         checks = connection.execute(
@@ -181,12 +226,7 @@ def wait_until_blocked_or_done(actor: Actor, observer: Engine, seen: StatementSe
         return
     with observer.connect() as connection:
         while not actor.done:
-            waiting = connection.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity "
-                    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-                )
-            ).scalar_one()
+            waiting = connection.exec_driver_sql(lock_waiters_sql(observer)).scalar_one()
             connection.rollback()
             if waiting:
                 return

@@ -228,14 +228,11 @@ def statements_seen(engine: Engine) -> Iterator[list[str]]:
 
 
 def backends_waiting_for_a_lock(engine: Engine) -> int:
-    """PostgreSQL: how many sessions on this database wait for a lock right now."""
+    """Server databases: how many sessions on this database wait for a lock right now."""
+    from tests.support.faultkit import lock_waiters_sql
+
     with engine.connect() as connection:
-        return int(
-            connection.exec_driver_sql(
-                "SELECT count(*) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-            ).scalar_one()
-        )
+        return int(connection.exec_driver_sql(lock_waiters_sql(engine)).scalar_one())
 
 
 def is_sqlite(engine: Engine) -> bool:

@@ -12,19 +12,21 @@ from __future__ import annotations
 
 from sqlalchemy.engine import Dialect, Engine
 
-from sqlq_orm.db.backends import postgresql, sqlite
+from sqlq_orm.db.backends import mysql, postgresql, sqlite
 from sqlq_orm.db.backends.base import Backend, MaintenanceStatement, WakeListener
 from sqlq_orm.errors import InvalidInput
 
 _REGISTRY: dict[str, Backend] = {
     sqlite.BACKEND.name: sqlite.BACKEND,
     postgresql.BACKEND.name: postgresql.BACKEND,
+    mysql.MYSQL.name: mysql.MYSQL,
+    mysql.MARIADB.name: mysql.MARIADB,
 }
 
 
 def supported() -> list[str]:
     """The databases sqlq_orm supports, as people write their names."""
-    return [backend.title for backend in _REGISTRY.values()]
+    return list(dict.fromkeys(backend.title for backend in _REGISTRY.values()))
 
 
 def find_backend(dialect: Dialect | Engine) -> Backend | None:
@@ -38,7 +40,7 @@ def backend_for(dialect: Dialect | Engine) -> Backend:
     backend = find_backend(dialect)
     if backend is None:
         name = dialect.dialect.name if isinstance(dialect, Engine) else dialect.name
-        raise InvalidInput(f"sqlq_orm supports {' and '.join(supported())}; got dialect {name!r}")
+        raise InvalidInput(f"sqlq_orm supports {', '.join(supported())}; got dialect {name!r}")
     return backend
 
 

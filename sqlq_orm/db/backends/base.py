@@ -2,7 +2,7 @@
 
 Each database gets one module in this package that builds its record; the registry
 in :mod:`sqlq_orm.db.backends` picks one by SQLAlchemy's dialect name. A new database
-(MySQL/MariaDB, say) is a new module here plus one line in the registry, and must pass
+(as MariaDB/MySQL was) is a new module here plus one line in the registry, and must pass
 the conformance suite in ``tests/conformance``.
 """
 
@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.sql import FromClause, Select
+from sqlalchemy.sql.dml import Update
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.types import TypeEngine
 
@@ -64,6 +65,27 @@ def _always_enforced(connection: Connection) -> bool:
 
 def _never_broken(connection: Connection) -> list[str]:
     return []
+
+
+def _never_retry(exc: BaseException) -> bool:
+    return False
+
+
+def materialized_cte(select: Select[Any], name: str) -> FromClause:
+    """``WITH name AS MATERIALIZED (select)`` (PostgreSQL 12+, SQLite 3.35+)."""
+    return select.cte(name).prefix_with("MATERIALIZED")
+
+
+def _no_generated_columns(index: Any) -> str | None:
+    return None
+
+
+def _as_planned(update: Update) -> Update:
+    return update
+
+
+def _limit_in_subquery_as_is(select: Select[Any]) -> Select[Any]:
+    return select
 
 
 def _reflection_keeps_sort_order(connection: Connection, table: str, index: str) -> None:
@@ -149,3 +171,35 @@ class Backend:
     """Open a connection of its own on the engine's database that hears commits of
     other connections (PostgreSQL: ``LISTEN`` on the channel; SQLite: watching
     ``PRAGMA data_version``); None if this engine's driver cannot (polling only)."""
+    update_returning: bool = True
+    """Whether the database has ``UPDATE ... RETURNING``. Where it has not (MariaDB,
+    MySQL), each statement that reads back what it changed runs as: lock the rows
+    (``SELECT ... FOR UPDATE``), update them by id, read them again, in the caller's
+    transaction (:mod:`sqlq_orm.db.statements.returning`)."""
+    is_duplicate_key: Callable[[BaseException], bool] | None = None
+    """Set where ``INSERT ... ON CONFLICT DO NOTHING RETURNING`` cannot say that it
+    skipped a row (MySQL's ``ON DUPLICATE KEY UPDATE`` returns the existing one): the
+    dedupe insert then runs in a savepoint, and this tells its duplicate-key error
+    from any other. None: the backend's ``insert`` skips conflicts itself."""
+    materialize: Callable[[Select[Any], str], FromClause] = materialized_cte
+    """A ``SELECT`` the planner must run first, on its own, as a named CTE
+    (``MATERIALIZED`` where the database has the keyword)."""
+    limited_in_subquery: Callable[[Select[Any]], Select[Any]] = _limit_in_subquery_as_is
+    """Make a ``SELECT ... LIMIT n`` usable in ``id IN (...)`` of a DELETE on the same
+    table (MySQL allows neither LIMIT there nor the target table: wrap it)."""
+    by_primary_key: Callable[[Update], Update] = _as_planned
+    """Make an ``UPDATE`` whose guard names rows by id read them by primary key. InnoDB
+    locks index records as it reads them: on a small table MySQL may reach the row
+    through a status index, lock that entry, then wait for the row, while the
+    transaction holding the row waits for the entry to change status: a deadlock."""
+    generated_key_column: Callable[[Any], str | None] = _no_generated_columns
+    """The generated column behind an index the database cannot declare as the model
+    does (MySQL: a partial unique index), or None. Schema comparison then takes the
+    stored index on that column for the model's, and the column for part of it."""
+    hold_migration_lock: Callable[[Connection], AbstractContextManager[None]] = _nothing_to_suspend
+    """Around a whole migration run, where DDL commits as it goes (MySQL): a lock held
+    by the session, so a second migrator never sees the first one's half-made schema."""
+    is_retryable: Callable[[BaseException], bool] = _never_retry
+    """Whether an error means the transaction was a deadlock victim or timed out
+    waiting for a lock, so that running the whole transaction again is safe (MySQL
+    1213, 1205). SQLite waits (busy timeout); PostgreSQL's claims never deadlock."""

@@ -7,7 +7,6 @@ from sqlalchemy import (
     delete,
     func,
     select,
-    update,
 )
 
 from sqlq_orm.db.statements.base import StatementGroup, lease_cleared
@@ -31,12 +30,12 @@ class AdminStatements(StatementGroup):
             .with_for_update()
         )
         self.cancel = (
-            update(jobs)
+            self.update_by_id(jobs)
             .where(j.id == bindparam("p_id"), seen)
             .values(status=JobStatus.CANCELLED.value, finished_at=now, **lease_cleared())
         )
-        self.manual_retry = (
-            update(jobs)
+        self.manual_retry = self.returning_update(
+            self.update_by_id(jobs)
             .where(j.id == bindparam("p_id"), seen)
             .values(
                 status=JobStatus.QUEUED.value,
@@ -44,8 +43,9 @@ class AdminStatements(StatementGroup):
                 retry_count=0,
                 finished_at=None,
                 **lease_cleared(),
-            )
-            .returning(j.queue)  # whose workers to wake
+            ),
+            [j.queue],  # whose workers to wake
+            by_id=True,
         )
 
         # -- worker registry -------------------------------------------------------
@@ -67,7 +67,7 @@ class AdminStatements(StatementGroup):
                 "pid": register.excluded.pid,
                 "queues": register.excluded.queues,
                 "concurrency": register.excluded.concurrency,
-                "last_seen_at": now,
+                "last_seen_at": register.excluded.last_seen_at,  # now, as proposed
             },
         )
         self.delete_worker = delete(workers).where(w.id == bindparam("p_worker"))

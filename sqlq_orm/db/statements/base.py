@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -11,10 +11,15 @@ from sqlalchemy import (
     case,
     literal_column,
     null,
+    update,
 )
+from sqlalchemy.engine import Connection, Row
+from sqlalchemy.sql import CompoundSelect, Select
+from sqlalchemy.sql.dml import Update
 from sqlalchemy.sql.elements import ColumnElement
 
 from sqlq_orm.db.backends import Backend
+from sqlq_orm.db.statements import returning
 from sqlq_orm.db.tables import Tables
 from sqlq_orm.schema.mixins import JOB_MIXIN_COLUMNS
 from sqlq_orm.schema.states import ACTIVE, HELD
@@ -53,6 +58,53 @@ class StatementGroup:
         """Columns the host app added to its job model (enqueue fills them, a claim
         returns them for the handler)."""
         self.app_column_names = tuple(c.key for c in self.app_columns)
+        self._plans: dict[int, returning.LockUpdateRead] = {}
+
+    def update_by_id(self, table: Any) -> Update:
+        """``UPDATE table`` for a statement whose guard names its rows by primary key
+        (the backend may make the database read them through it; see
+        :attr:`~sqlq_orm.db.backends.base.Backend.by_primary_key`)."""
+        return self.dialect.by_primary_key(update(table))
+
+    def returning_update(
+        self,
+        update: Update,
+        columns: Sequence[ColumnElement[Any]],
+        *,
+        by_id: bool = False,
+        lock: Select[Any] | CompoundSelect[Any] | None = None,
+        locked_update: Update | None = None,
+    ) -> Update:
+        """``update ... RETURNING columns``; run it with :meth:`run_returning`, which
+        works on backends without ``UPDATE ... RETURNING`` too (see
+        :mod:`sqlq_orm.db.statements.returning`)."""
+        statement, plan = returning.returning_update(
+            self.dialect,
+            self.tables.jobs.c.id,
+            update,
+            columns,
+            by_id=by_id,
+            lock=lock,
+            locked_update=locked_update,
+        )
+        if plan is not None:
+            self._plans[id(statement)] = plan
+        return statement
+
+    def run_returning(
+        self,
+        connection: Connection,
+        statement: Any,
+        params: Mapping[str, Any],
+        *,
+        count_changed: bool = False,
+    ) -> tuple[list[Row[Any]], int]:
+        """Run an update built by :meth:`returning_update`: (returned rows, rows changed;
+        see :func:`~sqlq_orm.db.statements.returning.run_returning`)."""
+        plan = self._plans.get(id(statement))
+        return returning.run_returning(
+            self.dialect, connection, statement, plan, params, count_changed=count_changed
+        )
 
     def lease_guard(self) -> ColumnElement[bool]:
         """``id = :p_id AND lease_token = :p_token``: the fence of every lease call."""

@@ -2,7 +2,9 @@
 
 On PostgreSQL the candidates are locked with ``FOR UPDATE SKIP LOCKED`` inside a
 ``MATERIALIZED`` CTE; on SQLite the claim's ``BEGIN IMMEDIATE`` already serialises
-writers. Each claimed row gets the token at its position in the ``tokens`` parameter.
+writers; on MariaDB (no ``UPDATE ... RETURNING``) the locking ``SELECT`` runs first and
+the update takes exactly the rows it locked (see :mod:`.returning`). Each claimed row
+gets the token at its position in the ``tokens`` parameter.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from sqlalchemy import (
 from sqlalchemy.sql.elements import ColumnElement
 
 from sqlq_orm.db.statements.history import HistoryStatements
+from sqlq_orm.db.statements.returning import LOCKED_ID_LIST, LOCKED_IDS
 from sqlq_orm.schema.states import JobStatus
 
 
@@ -91,34 +94,42 @@ class ClaimStatements(HistoryStatements):
         if merged_queues:
             # "queue IN (a, b) ORDER BY priority DESC, run_at, id" cannot follow the claim
             # index past its first column: PostgreSQL sorts every ready job of those
-            # queues, then locks. Instead take the first p_limit of each queue in index
-            # order (each locked as read), and the first p_limit of those: the same rows,
-            # sorting at most queues * p_limit. On PostgreSQL the rows read but not
-            # picked stay locked (skipped by other claimers) until this claim commits.
-            branches = [
+            # queues, then locks (InnoDB would lock every row it sorted). Instead take the
+            # first p_limit of each queue in index order (each locked as read), and the
+            # first p_limit of those: the same rows, sorting at most queues * p_limit. The
+            # rows read but not picked stay locked (skipped by other claimers) until this
+            # claim commits.
+            per_queue = [
                 lock(
                     self._ready_jobs(j.queue == bindparam(f"p_queue_{i}"), j.priority, j.run_at),
                     True,
-                ).subquery(f"ready_{i}")
+                )
                 for i in range(merged_queues)
             ]
-            ready = union_all(*(select(b.c.id, b.c.priority, b.c.run_at) for b in branches))
-            merged = ready.subquery("ready")
-            candidates = (
-                select(merged.c.id)
-                .order_by(merged.c.priority.desc(), merged.c.run_at, merged.c.id)
-                .limit(bindparam("p_limit", type_=Integer))
-            )
+            if self.dialect.update_returning:
+                branches = [ready.subquery(f"ready_{i}") for i, ready in enumerate(per_queue)]
+                ready = union_all(*(select(b.c.id, b.c.priority, b.c.run_at) for b in branches))
+                merged = ready.subquery("ready")
+                candidates = (
+                    select(merged.c.id)
+                    .order_by(merged.c.priority.desc(), merged.c.run_at, merged.c.id)
+                    .limit(bindparam("p_limit", type_=Integer))
+                )
+            else:
+                # MySQL locks only in a top-level SELECT: lock each queue's rows in a
+                # UNION of the locking SELECTs and pick the first p_limit of them.
+                compound = union_all(*per_queue)
+                picked_first = compound.selected_columns
+                candidates = None
+                merged_lock = compound.order_by(
+                    picked_first.priority.desc(), picked_first.run_at, picked_first.id
+                ).limit(bindparam("p_limit", type_=Integer))
         else:
             candidates = lock(
                 self._ready_jobs(j.queue.in_(bindparam("p_queues", expanding=True))), True
             )
-        picked = self.dialect.pick(candidates, "picked")
-        # Number the picked rows so each gets its own token from the bound list.
-        numbered = select(picked.c.id, row_number().label("rn")).subquery("numbered")
         values: dict[str, Any] = {
             "status": JobStatus.CLAIMED.value,
-            "lease_token": self.dialect.token_for_row(numbered.c.rn),
             "claimed_by": bindparam("p_worker"),
             "claimed_at": now,
             "heartbeat_at": now,
@@ -134,25 +145,48 @@ class ClaimStatements(HistoryStatements):
                     else_=now + j.max_runtime_seconds,
                 ),
             )
-        return (
+        returned = [
+            j.id,
+            j.lease_token,
+            j.type,
+            j.queue,
+            j.payload,
+            j.payload_ref,
+            j.attempt_count,
+            j.claimed_by,
+            j.retry_count,
+            j.max_retries,
+            j.max_runtime_seconds,
+            j.lease_expires_at,
+            j.deadline_at,
+            # The app's own columns, for the handler (JobContext.columns).
+            *self.app_columns,
+        ]
+        if not self.dialect.update_returning:
+            # Lock the picked rows first, then update exactly those, each row's token
+            # at its position among the locked ids (see db/statements/returning.py).
+            position = func.find_in_set(j.id, bindparam(LOCKED_ID_LIST), type_=Integer)
+            locked_update = (
+                self.update_by_id(jobs)
+                .where(
+                    j.id.in_(bindparam(LOCKED_IDS, expanding=True)),
+                    j.status == JobStatus.QUEUED.value,
+                )
+                .values(lease_token=self.dialect.token_for_row(position), **values)
+            )
+            return self.returning_update(
+                update(jobs).values(**values),
+                returned,
+                lock=merged_lock if candidates is None else candidates,
+                locked_update=locked_update,
+            )
+        assert candidates is not None
+        picked = self.dialect.pick(candidates, "picked")
+        # Number the picked rows so each gets its own token from the bound list.
+        numbered = select(picked.c.id, row_number().label("rn")).subquery("numbered")
+        return self.returning_update(
             update(jobs)
             .where(j.id == numbered.c.id)
-            .values(**values)
-            .returning(
-                j.id,
-                j.lease_token,
-                j.type,
-                j.queue,
-                j.payload,
-                j.payload_ref,
-                j.attempt_count,
-                j.claimed_by,
-                j.retry_count,
-                j.max_retries,
-                j.max_runtime_seconds,
-                j.lease_expires_at,
-                j.deadline_at,
-                # The app's own columns, for the handler (JobContext.columns).
-                *self.app_columns,
-            )
+            .values(lease_token=self.dialect.token_for_row(numbered.c.rn), **values),
+            returned,
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import (
@@ -14,6 +15,8 @@ from sqlalchemy import (
     select,
     text,
 )
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
 
 from sqlq_orm.db.statements.base import ACTIVE_VALUES, StatementGroup, status_in
 from sqlq_orm.schema.states import Event, JobStatus
@@ -56,12 +59,19 @@ class EnqueueStatements(StatementGroup):
             "max_runtime_seconds": bindparam("p_max_runtime_seconds"),
         }
         self.insert_job = insert(jobs).values(job_values).returning(j.id)
-        self.insert_job_unless_duplicate = (
-            dialect.insert(jobs)
-            .values(job_values)
-            .on_conflict_do_nothing(index_elements=[j.dedupe_key], index_where=self.dedupe_where)
-            .returning(j.id)
-        )
+        if dialect.is_duplicate_key is None:
+            self.insert_job_unless_duplicate = (
+                dialect.insert(jobs)
+                .values(job_values)
+                .on_conflict_do_nothing(
+                    index_elements=[j.dedupe_key], index_where=self.dedupe_where
+                )
+                .returning(j.id)
+            )
+        else:
+            # No conflict clause that reports a skipped row here: the plain insert runs
+            # in a savepoint and a duplicate key means "taken" (see insert_unless_duplicate).
+            self.insert_job_unless_duplicate = self.insert_job
         # enqueue_many on a backend that takes rows as arrays: the same values, one
         # bound array per column (a_<column>), for jobs without dedupe key or app columns.
         self.insert_jobs_from_arrays: Any = None
@@ -154,3 +164,19 @@ class EnqueueStatements(StatementGroup):
         # One channel per job table, so two apps' queues in one database stay apart.
         self.wake_channel = f"sqlq_jobs:{jobs.fullname}"[:CHANNEL_MAX]
         self.notify_jobs = None if dialect.notify_sql is None else text(dialect.notify_sql)
+
+    def insert_unless_duplicate(
+        self, connection: Connection, statement: Any, params: Mapping[str, Any]
+    ) -> int | None:
+        """Run a dedupe insert: the new job's id, or None when a live job holds its key."""
+        is_duplicate_key = self.dialect.is_duplicate_key
+        if is_duplicate_key is None:
+            job_id = connection.execute(statement, params).scalar_one_or_none()
+            return None if job_id is None else int(job_id)
+        try:
+            with connection.begin_nested():
+                return int(connection.execute(statement, params).scalar_one())
+        except IntegrityError as exc:
+            if is_duplicate_key(exc):
+                return None
+            raise

@@ -33,16 +33,17 @@ class LeasesStatements(HistoryStatements):
         guard = self.lease_guard()
         deadline_from_now = self.deadline_from_now()
         # -- start -----------------------------------------------------------------
-        self.start = (
-            update(jobs)
+        self.start = self.returning_update(
+            self.update_by_id(jobs)
             .where(guard, j.status == JobStatus.CLAIMED.value)
             .values(
                 status=JobStatus.RUNNING.value,
                 started_at=now,
                 attempt_count=j.attempt_count + 1,
                 deadline_at=deadline_from_now,
-            )
-            .returning(j.attempt_count, j.deadline_at)
+            ),
+            [j.attempt_count, j.deadline_at],
+            by_id=True,
         )
         self.open_attempt = insert(attempts).values(
             job_id=bindparam("p_job_id"),
@@ -55,16 +56,16 @@ class LeasesStatements(HistoryStatements):
         # -- heartbeat (one lease or many) ------------------------------------------
         # The lease guard for every lease at once, (id, token) pairs; RETURNING names
         # the leases renewed. "id IN" as well, for the primary-key lookup (as below).
-        self.heartbeat_batch = (
-            update(jobs)
+        self.heartbeat_batch = self.returning_update(
+            self.update_by_id(jobs)
             .where(
                 j.id.in_(bindparam("p_ids", expanding=True)),
                 tuple_(j.id, j.lease_token).in_(bindparam("p_pairs", expanding=True)),
                 status_in(j.status, HELD_VALUES),
                 or_(j.deadline_at.is_(None), j.deadline_at > now),
             )
-            .values(heartbeat_at=now, lease_expires_at=now + bindparam("p_lease_seconds"))
-            .returning(j.id, j.lease_expires_at)
+            .values(heartbeat_at=now, lease_expires_at=now + bindparam("p_lease_seconds")),
+            [j.id, j.lease_expires_at],
         )
         # Why a renewal was refused, for the leases heartbeat_batch did not return:
         # still ours but past its max runtime, or lost.
@@ -81,7 +82,7 @@ class LeasesStatements(HistoryStatements):
         # -- finish (each guarded by token and the status the caller saw) ------------
         seen = j.status == bindparam("p_status")
         self.succeed = (
-            update(jobs)
+            self.update_by_id(jobs)
             .where(guard, j.status == JobStatus.RUNNING.value)
             .values(
                 status=JobStatus.SUCCEEDED.value,
@@ -95,8 +96,8 @@ class LeasesStatements(HistoryStatements):
         # succeed_many: the same guard for a whole batch, one (id, token) pair per
         # lease; RETURNING names the jobs whose guard still matched. "id IN" as well,
         # so SQLite looks the rows up by primary key instead of scanning RUNNING jobs.
-        self.succeed_batch = (
-            update(jobs)
+        self.succeed_batch = self.returning_update(
+            self.update_by_id(jobs)
             .where(
                 j.id.in_(bindparam("p_ids", expanding=True)),
                 tuple_(j.id, j.lease_token).in_(bindparam("p_pairs", expanding=True)),
@@ -109,8 +110,8 @@ class LeasesStatements(HistoryStatements):
                 error_code=None,
                 error_detail=None,
                 **lease_cleared(),
-            )
-            .returning(j.id, j.attempt_count, j.claimed_by)
+            ),
+            [j.id, j.attempt_count, j.claimed_by],
         )
         # The same with the attempt closes and events in the statement, where allowed.
         self.succeed_batch_with_history = (
@@ -118,8 +119,8 @@ class LeasesStatements(HistoryStatements):
             if self.dialect.history_in_one_statement
             else None
         )
-        self.requeue_for_retry = (
-            update(jobs)
+        self.requeue_for_retry = self.returning_update(
+            self.update_by_id(jobs)
             .where(guard, seen)
             .values(
                 status=JobStatus.QUEUED.value,
@@ -128,11 +129,12 @@ class LeasesStatements(HistoryStatements):
                 error_code=bindparam("p_code"),
                 error_detail=bindparam("p_detail"),
                 **lease_cleared(),
-            )
-            .returning(j.run_at)
+            ),
+            [j.run_at],
+            by_id=True,
         )
         self.fail = (
-            update(jobs)
+            self.update_by_id(jobs)
             .where(guard, seen)
             .values(
                 status=JobStatus.FAILED.value,
@@ -174,7 +176,7 @@ class LeasesStatements(HistoryStatements):
                 .returning(j.id, j.run_at)
             )
         self.release = (
-            update(jobs)
+            self.update_by_id(jobs)
             .where(guard, status_in(j.status, HELD_VALUES))
             .values(status=JobStatus.QUEUED.value, run_at=now, **lease_cleared())
         )
@@ -191,8 +193,11 @@ class LeasesStatements(HistoryStatements):
         )
         self.close_attempt_upsert = upsert.on_conflict_do_update(
             index_elements=[a.job_id, a.attempt],
+            # The proposed row's finished_at is "now" too; naming it keeps the clock's
+            # bound parameter out of the conflict clause (PyMySQL's executemany cannot
+            # batch an ON DUPLICATE KEY UPDATE that has parameters).
             set_={
-                "finished_at": now,
+                "finished_at": upsert.excluded.finished_at,
                 "status": upsert.excluded.status,
                 "error_code": upsert.excluded.error_code,
                 "error_detail": upsert.excluded.error_detail,

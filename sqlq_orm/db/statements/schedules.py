@@ -36,13 +36,16 @@ class ScheduleStatements(StatementGroup):
         anything_changed = or_(timing_changed, s.type != new.type, s.queue != new.queue)
         self.upsert_schedule = register.on_conflict_do_update(
             index_elements=[s.name],
+            # The columns compared with the old row first: MySQL assigns left to right
+            # and later expressions see the new values (PostgreSQL and SQLite: all see
+            # the old row).
             set_={
+                "next_slot_at": case((timing_changed, new.next_slot_at), else_=s.next_slot_at),
+                "updated_at": case((anything_changed, now), else_=s.updated_at),
                 "type": new.type,
                 "queue": new.queue,
                 "cron": new.cron,
                 "timezone": new.timezone,
-                "next_slot_at": case((timing_changed, new.next_slot_at), else_=s.next_slot_at),
-                "updated_at": case((anything_changed, now), else_=s.updated_at),
             },
         )
         # -- tick: which schedules are due, by the queue's clock ----------------------

@@ -13,6 +13,7 @@ of whichever metadata runs it (ours, or a host app's) leaves it alone.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -30,6 +31,14 @@ HELD = "status IN ('CLAIMED', 'RUNNING')"
 ACTIVE = "status IN ('CLAIMED', 'QUEUED', 'RUNNING')"
 TERMINAL = "status IN ('CANCELLED', 'FAILED', 'SUCCEEDED')"
 DEDUPE_ACTIVE = f"dedupe_key IS NOT NULL AND {ACTIVE}"
+# MySQL/MariaDB only (other databases ignore mysql_* arguments): InnoDB, utf8mb4 and a
+# binary collation, so keys and tokens compare exactly as elsewhere. There the partial
+# unique index below becomes a unique index on a generated column (db/backends/mysql.py).
+MYSQL: dict[str, Any] = {
+    "mysql_engine": "InnoDB",
+    "mysql_charset": "utf8mb4",
+    "mysql_collate": "utf8mb4_bin",
+}
 
 
 def upgrade() -> None:
@@ -89,6 +98,7 @@ def upgrade() -> None:
             f"NOT ({TERMINAL}) OR finished_at IS NOT NULL",
             name=op.f("ck_sqlq_jobs_terminal_has_finished"),
         ),
+        **MYSQL,
     )
     # claim: WHERE queue = ? AND status = 'QUEUED' AND run_at <= now
     #        ORDER BY priority DESC, run_at, id
@@ -112,6 +122,8 @@ def upgrade() -> None:
         unique=True,
         sqlite_where=sa.text(DEDUPE_ACTIVE),
         postgresql_where=sa.text(DEDUPE_ACTIVE),
+        # MySQL: a unique index on a generated column of this type (db/backends/mysql.py).
+        info={"sqlq_key_type": sa.String(255)},
     )
 
     op.create_table(
@@ -124,6 +136,7 @@ def upgrade() -> None:
         sa.Column("started_at", sa.BigInteger(), nullable=False),
         sa.Column("last_seen_at", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_sqlq_workers")),
+        **MYSQL,
     )
 
     op.create_table(
@@ -155,6 +168,7 @@ def upgrade() -> None:
             name=op.f("fk_sqlq_job_attempts_job_id"),
             ondelete="CASCADE",
         ),
+        **MYSQL,
     )
 
     op.create_table(
@@ -178,6 +192,7 @@ def upgrade() -> None:
             name=op.f("fk_sqlq_job_events_job_id"),
             ondelete="CASCADE",
         ),
+        **MYSQL,
     )
     # a job's timeline: WHERE job_id = ? ORDER BY ts, id
     op.create_index(op.f("ix_sqlq_job_events_job_ts"), "sqlq_job_events", ["job_id", "ts"])

@@ -36,6 +36,10 @@ def upgrade() -> None:
         sa.Column("created_at", sa.BigInteger(), nullable=False),
         sa.Column("updated_at", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("name", name=op.f("pk_sqlq_schedules")),
+        # MySQL/MariaDB only, as in sqlq_0001: InnoDB, utf8mb4, binary collation.
+        mysql_engine="InnoDB",
+        mysql_charset="utf8mb4",
+        mysql_collate="utf8mb4_bin",
     )
     # the scheduler's tick: WHERE next_slot_at <= now
     op.create_index(op.f("ix_sqlq_schedules_next_slot"), "sqlq_schedules", ["next_slot_at"])

@@ -77,7 +77,7 @@ def collect_stats(
     context = context_of(queue)
     with context.snapshot() as connection:
         now = context.now(connection)
-        q = StatsQueries(context.tables, now)
+        q = StatsQueries(context.tables, now, context.dialect)
         counts = _state_counts(connection, q)
         latency = _latency(connection, q, counts)
         held_by_worker = {row[0]: int(row[1]) for row in connection.execute(q.held_by_worker())}

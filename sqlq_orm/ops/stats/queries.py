@@ -13,6 +13,8 @@ from typing import Any
 from sqlalchemy import Integer, case, func, literal, select
 from sqlalchemy.sql import Select
 
+from sqlq_orm.db.backends import Backend
+from sqlq_orm.db.backends.base import materialized_cte
 from sqlq_orm.db.tables import Tables
 from sqlq_orm.ops.retention import DAY
 from sqlq_orm.ops.stats.views import DEFAULT_STUCK_LIMIT
@@ -36,9 +38,12 @@ class StatsQueries:
     clock, so every number in one report is as of the same instant.
     """
 
-    def __init__(self, tables: Tables, now: int) -> None:
+    def __init__(self, tables: Tables, now: int, dialect: Backend | None = None) -> None:
         self.tables = tables
         self.now = now
+        self.dialect = dialect
+        """The database's backend (how to materialize a CTE); None: PostgreSQL's and
+        SQLite's way, for callers from before MariaDB."""
 
     # Q1 ------------------------------------------------------------------------
     def counts_by_queue(self) -> Select[Any]:
@@ -141,11 +146,12 @@ class StatsQueries:
         20 ms this way).
         """
         j = self.tables.jobs.c
-        return (
-            select(j.id, j.type, j.status)
-            .where(j.status.in_(FINISHED_RUN_VALUES), j.finished_at > self.now - window_seconds)
-            .cte("recently_finished")
-            .prefix_with("MATERIALIZED")
+        materialize = self.dialect.materialize if self.dialect else materialized_cte
+        return materialize(
+            select(j.id, j.type, j.status).where(
+                j.status.in_(FINISHED_RUN_VALUES), j.finished_at > self.now - window_seconds
+            ),
+            "recently_finished",
         )
 
     def recent_outcomes_by_type(self, window_seconds: int) -> Select[Any]:

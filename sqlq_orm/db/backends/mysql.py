@@ -1,0 +1,326 @@
+"""MariaDB (10.6+) and MySQL (8.0+): InnoDB at READ COMMITTED, no ``UPDATE ... RETURNING``.
+
+MariaDB has ``INSERT ... RETURNING`` but no ``UPDATE ... RETURNING`` (MySQL has
+neither for UPDATE), so the statements that read back what they changed lock the rows
+(``SELECT ... FOR UPDATE [SKIP LOCKED]``), update them by id and read them again, in
+the caller's transaction (:mod:`sqlq_orm.db.statements.returning`). Upserts go through
+``ON DUPLICATE KEY UPDATE``. A partial unique index (one live job per dedupe key) is
+emulated by a unique index over a generated column that holds the key only while the
+index's predicate holds, and is NULL otherwise (InnoDB allows any number of NULLs).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import String, cast, event, func, literal
+from sqlalchemy import select as sa_select
+from sqlalchemy.dialects import mysql
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import CompileError, IntegrityError
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.schema import CreateIndex, Index
+from sqlalchemy.sql import FromClause, Select
+from sqlalchemy.sql.dml import Update
+from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.sqltypes import NullType
+
+from sqlq_orm.db.backends.base import Backend, MaintenanceStatement
+from sqlq_orm.db.clock import epoch_now
+from sqlq_orm.errors import SqlqError
+
+DIALECTS = ("mysql", "mariadb")
+"""SQLAlchemy names both (``mysql+pymysql://`` and ``mariadb+pymysql://``)."""
+
+MIGRATION_LOCK = "sqlq_migration"
+MIGRATION_LOCK_WAIT_SECONDS = 600
+IDENTIFIER_MAX = 64
+
+ER_DUP_ENTRY = 1062
+ER_LOCK_WAIT_TIMEOUT = 1205
+ER_LOCK_DEADLOCK = 1213
+RETRYABLE_ERRORS = frozenset({ER_LOCK_WAIT_TIMEOUT, ER_LOCK_DEADLOCK})
+"""Errors after which the whole transaction can run again: InnoDB rolled back the
+deadlock victim's transaction (1213); the queue rolls back its own after a lock wait
+timeout (1205), which InnoDB only undoes for the one statement."""
+
+
+def _epoch_now(element: epoch_now, compiler: Any, **kw: Any) -> str:
+    # Evaluated once per statement (MariaDB has no transaction timestamp).
+    return "UNIX_TIMESTAMP()"
+
+
+class Insert(mysql.Insert):
+    """MySQL's ``INSERT ... ON DUPLICATE KEY UPDATE`` under the names the statements use.
+
+    ``on_conflict_do_update(index_elements=, set_=)`` and ``excluded`` are PostgreSQL's
+    and SQLite's spelling; MySQL has no conflict target (any unique key conflicts) and
+    names the proposed row ``inserted``. Never ``REPLACE``: it deletes the old row,
+    cascading to its children.
+    """
+
+    inherit_cache = True
+
+    @property
+    def excluded(self) -> Any:
+        """The row the insert proposed (``VALUES(col)`` / ``inserted`` in MySQL)."""
+        return self.inserted
+
+    def on_conflict_do_update(self, *, index_elements: Sequence[Any], set_: Any) -> Any:
+        """Update ``set_`` on a duplicate key (the unique key is the table's only one
+        besides the primary key, so ``index_elements`` names it). Assignments keep the
+        order of ``set_``: MySQL runs them left to right, later ones seeing earlier
+        ones' new values."""
+        return self.on_duplicate_key_update(list(set_.items()) if isinstance(set_, dict) else set_)
+
+    def on_conflict_do_nothing(self, **kw: Any) -> Any:
+        """Refused: ``ON DUPLICATE KEY UPDATE id = id`` still returns the existing row
+        from ``RETURNING``, so a skipped insert would look like a new one. The queue
+        uses :attr:`Backend.is_duplicate_key` (a savepoint) instead."""
+        raise CompileError(
+            "MySQL cannot skip a conflicting insert and say so; see is_duplicate_key"
+        )
+
+
+def _insert(table: Any) -> Insert:
+    return Insert(table)
+
+
+def _lock_rows(select: Select[Any], skip_locked: bool) -> Select[Any]:
+    return select.with_for_update(skip_locked=skip_locked)
+
+
+def _pick(select: Select[Any], name: str) -> FromClause:
+    return select.subquery(name)
+
+
+def _by_primary_key(update: Update) -> Update:
+    for dialect in DIALECTS:
+        update = update.with_hint("FORCE INDEX (PRIMARY)", dialect_name=dialect)
+    return update
+
+
+def _plain_cte(select: Select[Any], name: str) -> FromClause:
+    return select.cte(name)  # MariaDB has no MATERIALIZED keyword
+
+
+def _derived(select: Select[Any]) -> Select[Any]:
+    # "IN (SELECT ... LIMIT n)" is refused (1235), and so is reading the table a DELETE
+    # changes (1093); a derived table is materialised first, which allows both.
+    derived = select.subquery("limited")
+    return sa_select(*derived.c)
+
+
+def _token_for_row(rn: ColumnElement[int]) -> ColumnElement[str]:
+    # JSON_VALUE('["t1","t2"]', '$[rn-1]'): the unquoted string at that position.
+    from sqlalchemy import bindparam
+
+    path = func.concat(literal("$["), cast(rn - 1, String), literal("]"))
+    return func.json_value(bindparam("tokens", type_=String), path, type_=String)
+
+
+def _error_number(exc: BaseException) -> int | None:
+    orig = getattr(exc, "orig", exc)
+    args = getattr(orig, "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
+
+
+def is_duplicate_key(exc: BaseException) -> bool:
+    """Whether ``exc`` (a SQLAlchemy or driver error) is MySQL's duplicate-key error."""
+    return _error_number(exc) == ER_DUP_ENTRY
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Whether ``exc`` is a deadlock (1213) or lock wait timeout (1205)."""
+    return _error_number(exc) in RETRYABLE_ERRORS
+
+
+ER_CONSTRAINT_FAILED = 4025
+
+
+def install_hooks(engine: Engine, busy_timeout_ms: int) -> None:
+    """Report a violated CHECK constraint as :class:`~sqlalchemy.exc.IntegrityError`.
+
+    MariaDB's error 4025 (``CONSTRAINT ... failed``) reaches SQLAlchemy as an
+    OperationalError (PyMySQL maps only the older integrity errors), which callers
+    would take for a lost connection rather than a row the schema refused.
+    """
+
+    @event.listens_for(engine, "handle_error")
+    def _integrity(context: Any) -> Any:
+        error = context.sqlalchemy_exception
+        if _error_number(context.original_exception) != ER_CONSTRAINT_FAILED or error is None:
+            return None
+        return IntegrityError(error.statement, error.params, context.original_exception)
+
+
+def _get_migration_lock(connection: Connection) -> None:
+    got = connection.exec_driver_sql(
+        f"SELECT GET_LOCK('{MIGRATION_LOCK}', {MIGRATION_LOCK_WAIT_SECONDS})"
+    ).scalar()
+    if got != 1:
+        raise SqlqError(
+            f"another migration held the lock {MIGRATION_LOCK!r} for "
+            f"{MIGRATION_LOCK_WAIT_SECONDS}s; try again when it has finished"
+        )
+
+
+@contextmanager
+def _hold_migration_lock(connection: Connection) -> Iterator[None]:
+    # A named lock belongs to the session, not the transaction: it outlives the
+    # implicit commits of DDL. GET_LOCK nests, so the migration transaction's own
+    # (below) only counts up and down inside this one.
+    _get_migration_lock(connection)
+    connection.rollback()  # the migration starts outside a transaction
+    try:
+        yield
+    finally:
+        connection.rollback()
+        connection.exec_driver_sql(f"SELECT RELEASE_LOCK('{MIGRATION_LOCK}')")
+        connection.rollback()
+
+
+def _lock_for_migration(connection: Connection) -> None:
+    # DDL commits implicitly in MySQL, so a transaction-scoped lock would not last:
+    # take the named lock for the session and let it go when the migration's
+    # transaction ends either way (a host app's Alembic enters here only).
+    _get_migration_lock(connection)
+
+    def _release(conn: Connection) -> None:
+        conn.exec_driver_sql(f"SELECT RELEASE_LOCK('{MIGRATION_LOCK}')")
+
+    for name in ("commit", "rollback"):
+        event.listen(connection, name, _release, once=True)
+
+
+def _descending_index_columns(connection: Connection, table: str, index: str) -> set[str] | None:
+    # SQLAlchemy's MySQL reflection drops DESC; information_schema keeps it ('D').
+    rows = connection.exec_driver_sql(
+        "SELECT COLUMN_NAME, COLLATION FROM information_schema.STATISTICS "
+        "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s AND INDEX_NAME = %s",
+        (table, index),
+    ).all()
+    if not rows:
+        return None
+    return {str(name) for name, collation in rows if collation == "D"}
+
+
+def _maintenance(engine: Engine, task: str, tables: Sequence[Any]) -> MaintenanceStatement:
+    if task == "checkpoint":
+        return MaintenanceStatement(
+            task, None, "InnoDB checkpoints its redo log itself; nothing to do"
+        )
+    preparer = engine.dialect.identifier_preparer
+    listed = ", ".join(preparer.format_table(table) for table in tables)
+    return MaintenanceStatement(
+        task,
+        f"OPTIMIZE TABLE {listed}",
+        "rebuilt the tables (InnoDB: ALTER TABLE ... FORCE, online) to give back free "
+        "space and refreshed index statistics",
+    )
+
+
+# -- partial unique indexes ---------------------------------------------------------
+
+
+KEY_TYPE_INFO = "sqlq_key_type"
+"""``Index.info`` key: the indexed column's type, for an index built without its table
+(Alembic's ``op.create_index``), so the generated column can be declared."""
+
+
+def partial_index_column(index: Index) -> str:
+    """The generated column behind a partial unique index on MySQL: ``<index>_key``."""
+    name = f"{index.name}_key"
+    if len(name) > IDENTIFIER_MAX:
+        raise CompileError(f"generated column name {name!r} is over {IDENTIFIER_MAX} characters")
+    return name
+
+
+def generated_key_column(index: Index) -> str | None:
+    """The generated column behind ``index`` here (a partial unique index), or None."""
+    return partial_index_column(index) if partial_index_predicate(index) is not None else None
+
+
+def partial_index_predicate(index: Index) -> Any:
+    """The ``WHERE`` of a partial index, as written for PostgreSQL/SQLite (or None)."""
+    kwargs = index.dialect_kwargs
+    for key in ("postgresql_where", "sqlite_where"):
+        if kwargs.get(key) is not None:
+            return kwargs[key]
+    return None
+
+
+def _create_index(create: CreateIndex, compiler: Any, **kw: Any) -> str:
+    index: Index = create.element
+    where = partial_index_predicate(index)
+    if where is None:
+        return str(compiler.visit_create_index(create, **kw))
+    if not index.unique or len(index.expressions) != 1:
+        raise CompileError(
+            f"index {index.name!r}: MySQL emulates only single-column unique partial indexes"
+        )
+    column = index.table.c[index.expressions[0].name]  # type: ignore[union-attr]
+    key_type = index.info.get(KEY_TYPE_INFO, column.type)
+    if isinstance(key_type, NullType):
+        # Alembic's op.create_index knows column names only, not their types.
+        raise CompileError(
+            f"index {index.name!r}: MySQL needs the type of {column.name!r} for the generated "
+            f"column; pass info={{{KEY_TYPE_INFO!r}: <type>}} to create_index"
+        )
+    preparer = compiler.preparer
+    sql = compiler.sql_compiler
+    predicate = sql.process(where, literal_binds=True)
+    type_sql = compiler.dialect.type_compiler_instance.process(key_type)
+    generated = preparer.quote(partial_index_column(index))
+    # NULL once the predicate stops holding: InnoDB's unique indexes allow any number
+    # of NULLs, so only rows the partial index would hold compete for a key.
+    return (
+        f"ALTER TABLE {preparer.format_table(index.table)} "
+        f"ADD COLUMN {generated} {type_sql} AS "
+        f"(CASE WHEN {predicate} THEN {preparer.quote(column.name)} END) VIRTUAL, "
+        f"ADD UNIQUE INDEX {preparer.quote(str(index.name))} ({generated})"
+    )
+
+
+for _dialect in DIALECTS:
+    compiles(epoch_now, _dialect)(_epoch_now)
+    compiles(CreateIndex, _dialect)(_create_index)
+
+
+def _backend(name: str) -> Backend:
+    return Backend(
+        name=name,
+        title="MariaDB" if name == "mariadb" else "MySQL",
+        insert=_insert,
+        read_options={},  # InnoDB MVCC: plain reads never block writers
+        # READ COMMITTED: locking reads see the newest committed row and InnoDB takes
+        # no gap locks, so claimers skip each other's rows instead of waiting on gaps.
+        write_options={"isolation_level": "READ COMMITTED"},
+        pick=_pick,
+        token_for_row=_token_for_row,
+        bind_tokens=lambda tokens: json.dumps(list(tokens)),
+        lock_rows=_lock_rows,
+        rows_changed=lambda connection, result: int(result.rowcount),
+        maintenance=_maintenance,
+        autocommit=("autocommit_mode", True),
+        # A consistent snapshot from the first read on, as PostgreSQL's REPEATABLE READ.
+        snapshot_options={"isolation_level": "REPEATABLE READ"},
+        lock_for_migration=_lock_for_migration,
+        hold_migration_lock=_hold_migration_lock,
+        descending_index_columns=_descending_index_columns,
+        update_returning=False,
+        is_duplicate_key=is_duplicate_key,
+        is_retryable=is_retryable,
+        install_hooks=install_hooks,
+        materialize=_plain_cte,
+        by_primary_key=_by_primary_key,
+        generated_key_column=generated_key_column,
+        limited_in_subquery=_derived,
+    )
+
+
+MYSQL = _backend("mysql")
+MARIADB = _backend("mariadb")
