@@ -35,39 +35,47 @@ def _pg_admin_url() -> sqlalchemy.URL:
     return url
 
 
-def _require_postgres() -> bool:
-    return os.environ.get("SQLQ_REQUIRE_POSTGRES", "") not in ("", "0", "false")
+def _required(variable: str) -> bool:
+    return os.environ.get(variable, "") not in ("", "0", "false")
 
 
-@pytest.fixture(scope="session")
-def postgres_url() -> Iterator[str]:
-    """URL of a fresh PostgreSQL database for this test session (dropped at the end)."""
-    admin_url = _pg_admin_url()
+def _throwaway_database(
+    admin_url: sqlalchemy.URL, server: str, prefix: str, quote: str, drop_suffix: str = ""
+) -> Iterator[str]:
+    """A fresh database next to ``admin_url`` for this test session, dropped at the end.
+
+    With no server there, skip with the reason (``SQLQ_TEST_<prefix>_URL`` names it),
+    or fail where ``SQLQ_REQUIRE_<prefix>`` is set (CI).
+    """
     try:
         admin = sqlalchemy.create_engine(admin_url, isolation_level="AUTOCOMMIT")
         with admin.connect() as connection:
             connection.exec_driver_sql("SELECT 1")
     except Exception as exc:  # noqa: BLE001 - any failure to connect means "no server"
         message = (
-            f"PostgreSQL not reachable at {admin_url.render_as_string(hide_password=True)} "
-            f"({type(exc).__name__}); set SQLQ_TEST_POSTGRES_URL to run these tests"
+            f"{server} not reachable at {admin_url.render_as_string(hide_password=True)} "
+            f"({type(exc).__name__}); set SQLQ_TEST_{prefix}_URL to run these tests"
         )
-        if _require_postgres():
-            pytest.fail(f"SQLQ_REQUIRE_POSTGRES is set but {message}")
+        if _required(f"SQLQ_REQUIRE_{prefix}"):
+            pytest.fail(f"SQLQ_REQUIRE_{prefix} is set but {message}")
         pytest.skip(message)
     name = f"sqlq_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     with admin.connect() as connection:
-        connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        connection.exec_driver_sql(f"CREATE DATABASE {quote}{name}{quote}")
     try:
         yield admin_url.set(database=name).render_as_string(hide_password=False)
     finally:
         with admin.connect() as connection:
-            connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            connection.exec_driver_sql(f"DROP DATABASE IF EXISTS {quote}{name}{quote}{drop_suffix}")
         admin.dispose()
 
 
-def _require_mariadb() -> bool:
-    return os.environ.get("SQLQ_REQUIRE_MARIADB", "") not in ("", "0", "false")
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """URL of a fresh PostgreSQL database for this test session (dropped at the end)."""
+    yield from _throwaway_database(
+        _pg_admin_url(), "PostgreSQL", "POSTGRES", '"', drop_suffix=" WITH (FORCE)"
+    )
 
 
 @pytest.fixture(scope="session")
@@ -79,27 +87,7 @@ def mariadb_url() -> Iterator[str]:
     with the reason, unless ``SQLQ_REQUIRE_MARIADB=1`` (CI) makes that a failure.
     """
     admin_url = sqlalchemy.make_url(os.environ.get("SQLQ_TEST_MARIADB_URL", DEFAULT_MARIADB_URL))
-    try:
-        admin = sqlalchemy.create_engine(admin_url, isolation_level="AUTOCOMMIT")
-        with admin.connect() as connection:
-            connection.exec_driver_sql("SELECT 1")
-    except Exception as exc:  # noqa: BLE001 - any failure to connect means "no server"
-        message = (
-            f"MariaDB not reachable at {admin_url.render_as_string(hide_password=True)} "
-            f"({type(exc).__name__}); set SQLQ_TEST_MARIADB_URL to run these tests"
-        )
-        if _require_mariadb():
-            pytest.fail(f"SQLQ_REQUIRE_MARIADB is set but {message}")
-        pytest.skip(message)
-    name = f"sqlq_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    with admin.connect() as connection:
-        connection.exec_driver_sql(f"CREATE DATABASE `{name}`")
-    try:
-        yield admin_url.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as connection:
-            connection.exec_driver_sql(f"DROP DATABASE IF EXISTS `{name}`")
-        admin.dispose()
+    yield from _throwaway_database(admin_url, "MariaDB", "MARIADB", "`")
 
 
 def _empty_mariadb(url: str) -> None:
