@@ -265,6 +265,30 @@ def mariadb_reachable(url: str | None) -> str | None:
     return None
 
 
+def on_every_database(
+    config: Config, name: str, cases: Callable[[Config, str, Callable[[], str]], list[Result]]
+) -> list[Result]:
+    """``cases(config, database, fresh_url)`` on SQLite, and on PostgreSQL and MariaDB
+    where ``--pg`` / ``--mariadb`` name a server that answers; ``fresh_url()`` hands
+    out an empty database with the schema each time it is called."""
+    results = cases(config, "sqlite", lambda: sqlite_url(fresh_sqlite(config, name)[0]))
+    servers: list[tuple[str, str | None, Any, Any, Any]] = [
+        ("postgresql", config.pg_url, postgres_reachable, postgres_database, reset_postgres),
+        ("mariadb", config.mariadb_url, mariadb_reachable, mariadb_database, reset_mariadb),
+    ]
+    for database, admin_url, reachable, throwaway, reset in servers:
+        if not admin_url or reachable(admin_url) is not None:
+            continue
+        with throwaway(admin_url) as url:
+
+            def fresh(url: str = url, reset: Any = reset) -> str:
+                reset(url).dispose()
+                return url
+
+            results += cases(config, database, fresh)
+    return results
+
+
 def count_rows(engine: Engine, table: str, where: str = "") -> int:
     with engine.connect() as connection:
         sql = f"SELECT count(*) FROM {table}" + (f" WHERE {where}" if where else "")

@@ -1,15 +1,16 @@
 """Bench 7: how soon an idle ``Worker`` starts a new job, and what waiting costs it.
 
 One real ``Worker`` (its defaults: concurrency 1, the sweeper on; signal handlers
-off) runs in its own spawned process on a SQLite file and, with ``--pg``, on
-PostgreSQL. This process enqueues one job at a time with ``Queue.enqueue``, waits
-until the handler has run, sleeps a random gap (0.05 s plus up to one poll interval,
-so that jobs arrive at every phase of the worker's poll cycle rather than just after
-the poll that follows a finished job), and enqueues the next: every job finds the
-worker idle and polling. Latency is enqueue to handler start:
-``time.time()`` just before ``enqueue`` here against ``time.time()`` as the handler
-begins there (same machine clock). sqlq_orm polls (no LISTEN/NOTIFY), so the
-figure follows ``poll_interval``: measured at the default (1 s) and at 0.1 s.
+off) runs in its own spawned process on a SQLite file and, with ``--pg`` /
+``--mariadb``, on PostgreSQL and MariaDB. This process enqueues one job at a time with
+``Queue.enqueue``, waits until the handler has run, sleeps a random gap (0.05 s plus
+up to one poll interval, so that jobs arrive at every phase of the worker's poll
+cycle), and enqueues the next: every job finds the worker idle. Latency is enqueue to
+handler start: ``time.time()`` just before ``enqueue`` here against ``time.time()`` as
+the handler begins there (same machine clock). The worker is woken across processes
+(PostgreSQL ``NOTIFY``, SQLite ``PRAGMA data_version``); MariaDB has no such signal,
+so there the figure follows ``poll_interval``. Measured at the default poll (1 s)
+and at 0.1 s.
 
 Idle CPU: before the jobs, the worker's process (all its threads) is left waiting
 for ``IDLE_SECONDS``; its user + system time over that span (``/proc/<pid>/stat``)
@@ -35,12 +36,8 @@ import sqlq_orm
 from bench.core import (
     Config,
     Result,
-    fresh_sqlite,
+    on_every_database,
     percentile,
-    postgres_database,
-    postgres_reachable,
-    reset_postgres,
-    sqlite_url,
 )
 
 NAME = "latency"
@@ -170,13 +167,4 @@ def _cases(config: Config, label: str, fresh: Callable[[], str]) -> list[Result]
 
 
 def run(config: Config) -> list[Result]:
-    results = _cases(config, "sqlite", lambda: sqlite_url(fresh_sqlite(config, "latency")[0]))
-    if postgres_reachable(config.pg_url) is None and config.pg_url:
-        with postgres_database(config.pg_url) as url:
-
-            def fresh_pg() -> str:
-                reset_postgres(url).dispose()
-                return url
-
-            results += _cases(config, "postgresql", fresh_pg)
-    return results
+    return on_every_database(config, "latency", _cases)

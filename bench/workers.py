@@ -28,17 +28,10 @@ from bench.core import (
     Result,
     compare,
     count_rows,
-    fresh_sqlite,
-    mariadb_database,
-    mariadb_reachable,
+    on_every_database,
     percentile,
-    postgres_database,
-    postgres_reachable,
-    reset_mariadb,
-    reset_postgres,
     run_children,
     side_by_side,
-    sqlite_url,
 )
 
 NAME = "workers"
@@ -221,21 +214,4 @@ def run(config: Config) -> list[Result]:
         import sqlq_orm.worker  # noqa: F401
     except ImportError:
         return [Result(NAME, "Worker", float("nan"), "jobs/s", note="skipped: no sqlq_orm.worker")]
-    results = _cases(config, "sqlite", lambda: sqlite_url(fresh_sqlite(config, "workers")[0]))
-    if postgres_reachable(config.pg_url) is None and config.pg_url:
-        with postgres_database(config.pg_url) as url:
-
-            def fresh_pg() -> str:
-                reset_postgres(url).dispose()
-                return url
-
-            results += _cases(config, "postgresql", fresh_pg)
-    if mariadb_reachable(config.mariadb_url) is None and config.mariadb_url:
-        with mariadb_database(config.mariadb_url) as maria:
-
-            def fresh_mariadb() -> str:
-                reset_mariadb(maria).dispose()
-                return maria
-
-            results += _cases(config, "mariadb", fresh_mariadb)
-    return results
+    return on_every_database(config, "workers", _cases)
