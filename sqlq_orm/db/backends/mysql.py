@@ -241,7 +241,9 @@ def partial_index_column(index: Index) -> str:
 
 def generated_key_column(index: Index) -> str | None:
     """The generated column behind ``index`` here (a partial unique index), or None."""
-    return partial_index_column(index) if partial_index_predicate(index) is not None else None
+    if not index.unique or partial_index_predicate(index) is None:
+        return None
+    return partial_index_column(index)
 
 
 def partial_index_predicate(index: Index) -> Any:
@@ -256,9 +258,11 @@ def partial_index_predicate(index: Index) -> Any:
 def _create_index(create: CreateIndex, compiler: Any, **kw: Any) -> str:
     index: Index = create.element
     where = partial_index_predicate(index)
-    if where is None:
+    if where is None or not index.unique:
+        # A partial index that is not unique only saves space: the whole index serves
+        # the same queries.
         return str(compiler.visit_create_index(create, **kw))
-    if not index.unique or len(index.expressions) != 1:
+    if len(index.expressions) != 1:
         raise CompileError(
             f"index {index.name!r}: MySQL emulates only single-column unique partial indexes"
         )
@@ -314,6 +318,8 @@ def _backend(name: str) -> Backend:
         update_returning=False,
         is_duplicate_key=is_duplicate_key,
         is_retryable=is_retryable,
+        concurrency_recheck=True,
+        recount_locks_rows=True,
         install_hooks=install_hooks,
         materialize=_plain_cte,
         by_primary_key=_by_primary_key,
