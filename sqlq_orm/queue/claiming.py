@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 
 from sqlq_orm.core import validation
 from sqlq_orm.core.lease import Lease
@@ -20,7 +21,8 @@ from sqlq_orm.schema.mixins import QUEUE_MAX, WORKER_ID_MAX
 
 _CONCURRENCY_ROUNDS = 5
 """How often a claim runs again after finding, before commit, that a concurrent claim
-filled its keys; after that it returns nothing this time (the caller polls again)."""
+filled its keys (or after the database rolled it back as a deadlock victim); after
+that it returns nothing this time, and the caller polls again."""
 
 
 class _KeyOverLimit(Exception):
@@ -61,6 +63,13 @@ class Claiming(QueueCore):
             except _KeyOverLimit as exc:
                 # Rolled back: a concurrent claim took the last places of these keys.
                 log.debug("claim rolled back, concurrency keys over limit: %s", exc)
+            except DBAPIError as exc:
+                # Two claims of one key recounting it (InnoDB's locking read) can each
+                # wait for the other's new rows: the database rolls one back whole. It
+                # claimed nothing, so claim again (any other error goes to the caller).
+                if not self.dialect.is_retryable(exc):
+                    raise
+                log.debug("claim rolled back by the database (%s)", type(exc.orig).__name__)
         return []
 
     def _claim_once(
