@@ -10,9 +10,9 @@ both sides start from a fresh file with the schema created from the models. Targ
 ratio >= 0.5.
 
 With ``--pg`` / ``--mariadb`` the same two paths also run through ``Queue`` on
-PostgreSQL and MariaDB (:func:`bench.core.on_every_database`), and MariaDB is reported
-against PostgreSQL from the same run: a server has no raw baseline here, PostgreSQL is
-the yardstick.
+PostgreSQL and MariaDB (:func:`bench.core.server_databases`: both throw-away databases
+open at once, their runs interleaved), and MariaDB is reported against PostgreSQL: a
+server has no raw baseline here, PostgreSQL is the yardstick.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from bench.core import (
     compare,
     fresh_sqlite,
     median,
-    on_every_database,
+    server_databases,
     side_by_side,
 )
 from bench.raw_sqlite_baseline import RawSqliteQueue
@@ -132,61 +132,54 @@ def _sqlite_cases(config: Config) -> list[Result]:
     ]
 
 
-def _server_cases(config: Config, label: str, fresh: Callable[[], str]) -> list[Result]:
-    """The two paths through ``Queue`` on a server, each run on an emptied database."""
+def _server_cases(config: Config) -> list[Result]:
+    """The two paths through ``Queue`` on each server, all runs interleaved, each on an
+    emptied database; MariaDB over PostgreSQL where both answered."""
     jobs = config.size(full=2000, quick=500, smoke=20)
+    with server_databases(config) as servers:
 
-    def measure(start_on_claim: bool) -> Callable[[], float]:
-        def run_once() -> float:
-            url = fresh()
-            return lifecycle(sqlq_orm.create_engine(url), jobs, start_on_claim=start_on_claim)
+        def measure(fresh: Callable[[], str], start_on_claim: bool) -> Callable[[], float]:
+            def run_once() -> float:
+                engine = sqlq_orm.create_engine(fresh())
+                return lifecycle(engine, jobs, start_on_claim=start_on_claim)
 
-        return run_once
+            return run_once
 
-    samples = side_by_side(
-        {name: measure(start) for name, (_, start, _) in CASES.items()}, config.reps
-    )
-    return [
+        samples = side_by_side(
+            {
+                f"{database}/{path}": measure(fresh, start_on_claim)
+                for database, fresh in servers.items()
+                for path, (_, start_on_claim, _) in CASES.items()
+            },
+            config.reps,
+        )
+    results = [
         Result(
             NAME,
-            f"{title} x{jobs} ({label})",
-            median(samples[name]),
+            f"{title} x{jobs} ({database})",
+            median(samples[f"{database}/{path}"]),
             "jobs/s",
             note=note,
-            samples=samples[name],
+            samples=samples[f"{database}/{path}"],
         )
-        for name, (title, _, note) in CASES.items()
+        for database in servers
+        for path, (title, _, note) in CASES.items()
     ]
-
-
-def _cases(config: Config, label: str, fresh: Callable[[], str]) -> list[Result]:
-    return _sqlite_cases(config) if label == "sqlite" else _server_cases(config, label, fresh)
-
-
-def _mariadb_against_postgres(results: list[Result]) -> list[Result]:
-    """MariaDB / PostgreSQL for each path, from the samples of this run."""
-    by_case = {result.case: result for result in results}
-    ratios = []
-    for result in results:
-        if not result.case.endswith(" (mariadb)"):
-            continue
-        postgres = by_case.get(result.case.replace(" (mariadb)", " (postgresql)"))
-        if postgres is None:
-            continue
-        ratios.append(
+    if {"postgresql", "mariadb"} <= set(servers):
+        results += [
             compare(
                 NAME,
-                result.case.replace(" (mariadb)", " (MariaDB / PostgreSQL)"),
-                result.samples,
+                f"{title} x{jobs} (MariaDB / PostgreSQL)",
+                samples[f"mariadb/{path}"],
                 "PostgreSQL, same run",
-                postgres.samples,
+                samples[f"postgresql/{path}"],
                 "jobs/s",
-                note=f"{result.note}; MariaDB's samples over PostgreSQL's",
+                note=f"{note}; runs on both databases interleaved",
             )
-        )
-    return ratios
+            for path, (title, _, note) in CASES.items()
+        ]
+    return results
 
 
 def run(config: Config) -> list[Result]:
-    results = on_every_database(config, NAME, _cases)
-    return results + _mariadb_against_postgres(results)
+    return _sqlite_cases(config) + _server_cases(config)
