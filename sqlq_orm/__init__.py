@@ -38,14 +38,24 @@ from sqlq_orm.queue.types import (
     TickResult,
 )
 from sqlq_orm.scheduler import Scheduler
+from sqlq_orm.queue.dependencies import RelatedJob
 from sqlq_orm.schema.mixins import (
     JobAttemptMixin,
+    JobDependencyMixin,
     JobEventMixin,
     JobMixin,
     ScheduleMixin,
     WorkerMixin,
 )
-from sqlq_orm.schema.models import Base, Job, JobAttempt, JobEvent, ScheduleRecord, WorkerRecord
+from sqlq_orm.schema.models import (
+    Base,
+    Job,
+    JobAttempt,
+    JobDependency,
+    JobEvent,
+    ScheduleRecord,
+    WorkerRecord,
+)
 from sqlq_orm.schema.states import AttemptStatus, Event, JobStatus
 from sqlq_orm.worker.handlers import HandlerRegistry, JobContext
 from sqlq_orm.worker.runtime import Worker, WorkerStats
@@ -66,6 +76,8 @@ __all__ = [
     "JobAttempt",
     "JobAttemptMixin",
     "JobContext",
+    "JobDependency",
+    "JobDependencyMixin",
     "JobError",
     "JobEvent",
     "JobEventMixin",
@@ -84,6 +96,7 @@ __all__ = [
     "PruneResult",
     "Queue",
     "QueueStats",
+    "RelatedJob",
     "RetentionPolicy",
     "RetryPolicy",
     "Schedule",

@@ -22,8 +22,16 @@ from sqlalchemy import MetaData, func, select
 from sqlalchemy.orm import DeclarativeBase
 
 import sqlq_orm
-from sqlq_orm import JobAttemptMixin, JobEventMixin, JobMixin, ScheduleMixin, WorkerMixin
-from sqlq_orm.schema.models import Job, JobAttempt, JobEvent
+from sqlq_orm import (
+    JobAttemptMixin,
+    JobDependencyMixin,
+    JobEventMixin,
+    JobMixin,
+    ScheduleMixin,
+    WorkerMixin,
+)
+from sqlq_orm.db.tables import Models
+from sqlq_orm.schema.models import Job, JobAttempt, JobEvent, WorkerRecord
 from tests.support.faultkit import drop_index_sql, is_mysql
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -142,9 +150,12 @@ def make_host_project(
 
 
 def seed_history(url: str) -> None:
-    """Three jobs, two of them run to success: 3 jobs, 2 attempts, 9 events."""
+    """Three jobs, two of them run to success: 3 jobs, 2 attempts, 9 events.
+
+    Through sqlq_0001's tables only, so it also seeds a database at that revision."""
     engine = sqlq_orm.create_engine(url)
-    queue = sqlq_orm.Queue(engine, clock=sqlq_orm.PinnedClock(1_700_000_000))
+    tables_0001 = Models(job=Job, attempt=JobAttempt, event=JobEvent, worker=WorkerRecord)
+    queue = sqlq_orm.Queue(engine, clock=sqlq_orm.PinnedClock(1_700_000_000), models=tables_0001)
     for n in range(3):
         queue.enqueue("send_invoice", {"invoice": n})
     for lease in queue.claim("worker-1", limit=2):
@@ -274,7 +285,8 @@ def downgrade():
     op.drop_table("orders")
 """
 
-# sqlq_orm ships sqlq_0002: the host writes a new revision for it, as the README says.
+# sqlq_orm ships sqlq_0002 and sqlq_0003: the host writes a new revision for them, as the
+# README says.
 SECOND_HEAD_REVISION = """
 from alembic import op
 
@@ -287,15 +299,16 @@ depends_on = None
 
 
 def upgrade():
-    sqlq_orm.migrations.upgrade(op, from_="sqlq_0001", to="sqlq_0002")
+    sqlq_orm.migrations.upgrade(op, from_="sqlq_0001", to="sqlq_0003")
 
 
 def downgrade():
-    sqlq_orm.migrations.downgrade(op, from_="sqlq_0002", to="sqlq_0001")
+    sqlq_orm.migrations.downgrade(op, from_="sqlq_0003", to="sqlq_0001")
 """
 
 SQLQ_TABLES = set(sqlq_orm.Base.metadata.tables)
-SQLQ_0001_TABLES = SQLQ_TABLES - {"sqlq_schedules"}  # sqlq_0002 adds the schedules
+# sqlq_0002 adds the schedules, sqlq_0003 the dependencies
+SQLQ_0001_TABLES = SQLQ_TABLES - {"sqlq_schedules", "sqlq_job_dependencies"}
 
 
 def host_tables(url: str) -> set[str]:
@@ -401,6 +414,7 @@ def bind_mixins(base: type) -> MetaData:
         "JobEvent": JobEventMixin,
         "Worker": WorkerMixin,
         "Schedule": ScheduleMixin,
+        "JobDependency": JobDependencyMixin,
     }
     for name, mixin in mixins.items():
         type(name, (mixin, base), {"__module__": __name__})
@@ -564,7 +578,14 @@ BRANCH_MODELS = """
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from sqlq_orm import JobAttemptMixin, JobEventMixin, JobMixin, ScheduleMixin, WorkerMixin
+from sqlq_orm import (
+    JobAttemptMixin,
+    JobDependencyMixin,
+    JobEventMixin,
+    JobMixin,
+    ScheduleMixin,
+    WorkerMixin,
+)
 
 
 class Base(DeclarativeBase):
@@ -596,6 +617,10 @@ class Worker(WorkerMixin, Base):
 
 class Schedule(ScheduleMixin, Base):
     pass
+
+
+class JobDependency(JobDependencyMixin, Base):
+    pass
 """
 
 BRANCH_ENV = """
@@ -625,10 +650,10 @@ def test_branch_way_autogenerates_a_host_revision_on_sqlq_tables(db_url, tmp_pat
 
     run_alembic(
         tmp_path, "revision", "--autogenerate", "--head", "a1_orders",
-        "--depends-on", "sqlq_0002", "--rev-id", "a2_auto", "-m", "order_id",
+        "--depends-on", "sqlq_0003", "--rev-id", "a2_auto", "-m", "order_id",
     )  # fmt: skip
 
     assert run_alembic(tmp_path, "upgrade", "head", check=False).returncode != 0  # two heads
     run_alembic(tmp_path, "upgrade", "heads")
-    assert host_heads(db_url) == {"a2_auto"}  # it depends on sqlq_0002
+    assert host_heads(db_url) == {"a2_auto"}  # it depends on sqlq_0003
     assert "No new upgrade operations" in run_alembic(tmp_path, "check").stdout

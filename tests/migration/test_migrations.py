@@ -24,12 +24,14 @@ import sqlq_orm
 from alembic import command
 from sqlq_orm import migrate
 from sqlq_orm.migrations import MIGRATIONS_DIR, VERSION_TABLE, VERSIONS_DIR
-from sqlq_orm.schema.models import Base, Job, JobAttempt, JobEvent
+from sqlq_orm.db.tables import Models
+from sqlq_orm.schema.models import Base, Job, JobAttempt, JobEvent, ScheduleRecord, WorkerRecord
 from tests.support import factories
 from tests.support.faultkit import drop_index_sql
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SQLQ_TABLES = set(Base.metadata.tables)
+HEAD = "sqlq_0003"
 
 
 def table_names(url: str) -> set[str]:
@@ -75,21 +77,36 @@ def schema_snapshot(url: str) -> dict[str, Any]:
             }
         if engine.dialect.name == "sqlite":
             with engine.connect() as connection:
-                snapshot["sqlite_master"] = connection.exec_driver_sql(
-                    "SELECT type, name, sql FROM sqlite_master "
-                    "WHERE name LIKE 'sqlq_%' OR tbl_name LIKE 'sqlq_%' ORDER BY name"
-                ).all()
+                snapshot["sqlite_master"] = [
+                    (kind, name, _comparable_sqlite_sql(kind, sql))
+                    for kind, name, sql in connection.exec_driver_sql(
+                        "SELECT type, name, sql FROM sqlite_master "
+                        "WHERE name LIKE 'sqlq_%' OR tbl_name LIKE 'sqlq_%' ORDER BY name"
+                    )
+                ]
         return snapshot
     finally:
         engine.dispose()
 
 
+def _comparable_sqlite_sql(kind: str, sql: str | None) -> Any:
+    """A stored ``CREATE`` as compared: verbatim for an index (its DESC lives there);
+    for a table, its lines as a sorted list with the table name unquoted. A table that
+    Alembic's batch mode rebuilt (sqlq_0003 changes CHECKs) lists its constraints in the
+    order of a Python set, and SQLite quotes the name of a renamed table."""
+    if kind != "table" or sql is None:
+        return sql
+    head, _, body = sql.partition("(")
+    lines = sorted(line.strip().rstrip(",").strip() for line in body.splitlines())
+    return head.replace('"', ""), lines
+
+
 def test_revisions_have_a_single_head_labelled_sqlq():
     scripts = ScriptDirectory.from_config(migrate.config())
 
-    assert scripts.get_heads() == ["sqlq_0002"]
-    assert scripts.get_revision("sqlq@head").revision == "sqlq_0002"
-    assert [s.revision for s in scripts.walk_revisions()] == ["sqlq_0002", "sqlq_0001"]
+    assert scripts.get_heads() == [HEAD]
+    assert scripts.get_revision("sqlq@head").revision == HEAD
+    assert [s.revision for s in scripts.walk_revisions()] == [HEAD, "sqlq_0002", "sqlq_0001"]
 
 
 def test_upgrade_from_empty_creates_the_tables_and_records_the_revision(db_url):
@@ -97,7 +114,7 @@ def test_upgrade_from_empty_creates_the_tables_and_records_the_revision(db_url):
 
     migrate.upgrade(db_url)
 
-    assert migrate.current(db_url) == {"sqlq_0002"}
+    assert migrate.current(db_url) == {HEAD}
     assert table_names(db_url) == SQLQ_TABLES | {VERSION_TABLE}
 
 
@@ -124,7 +141,7 @@ def test_downgrade_to_base_drops_everything_and_upgrade_restores_it(db_url):
     assert migrate.current(db_url) == set()
     assert table_names(db_url) == {VERSION_TABLE}
     migrate.upgrade(db_url)
-    assert migrate.current(db_url) == {"sqlq_0002"}
+    assert migrate.current(db_url) == {HEAD}
     assert migrate.check(db_url) == []
 
 
@@ -138,23 +155,32 @@ def test_running_the_upgrade_twice_keeps_the_data(db_url, clock):
     with engine.connect() as connection:
         assert connection.scalar(select(Job.type).where(Job.id == job.id)) == "send_email"
     engine.dispose()
-    assert migrate.current(db_url) == {"sqlq_0002"}
+    assert migrate.current(db_url) == {HEAD}
+
+
+# A queue over the tables sqlq_0001 has (no schedules, no dependencies).
+MODELS_0001 = Models(job=Job, attempt=JobAttempt, event=JobEvent, worker=WorkerRecord)
+MODELS_0002 = Models(
+    job=Job, attempt=JobAttempt, event=JobEvent, worker=WorkerRecord, schedule=ScheduleRecord
+)
 
 
 def test_upgrade_from_0001_with_jobs_in_place_adds_schedules_and_keeps_the_jobs(db_url, clock):
     migrate.upgrade(db_url, "sqlq_0001")
     engine = sqlq_orm.create_engine(db_url)
-    queue = sqlq_orm.Queue(engine, clock=clock)
-    done = queue.enqueue("send_email", {"to": "b@example.com"})
-    [lease] = queue.claim("worker-1", limit=1)
-    queue.succeed(queue.start(lease))
-    held = queue.enqueue("resize", {"image": 7})
-    [held_lease] = queue.claim("worker-1", limit=1)
-    waiting = queue.enqueue("send_email", {"to": "a@example.com"})
+    old_queue = sqlq_orm.Queue(engine, clock=clock, models=MODELS_0001)
+    done = old_queue.enqueue("send_email", {"to": "b@example.com"})
+    [lease] = old_queue.claim("worker-1", limit=1)
+    old_queue.succeed(old_queue.start(lease))
+    held = old_queue.enqueue("resize", {"image": 7})
+    [held_lease] = old_queue.claim("worker-1", limit=1)
+    waiting = old_queue.enqueue("send_email", {"to": "a@example.com"})
 
     migrate.upgrade(db_url)
 
-    assert migrate.current(db_url) == {"sqlq_0002"}
+    queue = sqlq_orm.Queue(engine, clock=clock)
+
+    assert migrate.current(db_url) == {HEAD}
     assert migrate.check(db_url) == []
     assert {job_id: queue.get_job(job_id).status for job_id in (waiting.id, done.id, held.id)} == {
         waiting.id: "QUEUED", done.id: "SUCCEEDED", held.id: "CLAIMED",
@@ -169,12 +195,62 @@ def test_upgrade_from_0001_with_jobs_in_place_adds_schedules_and_keeps_the_jobs(
     engine.dispose()
 
 
+def test_upgrade_from_0002_with_jobs_in_place_lets_new_jobs_wait_for_old_ones(db_url, clock):
+    migrate.upgrade(db_url, "sqlq_0002")
+    engine = sqlq_orm.create_engine(db_url)
+    old_queue = sqlq_orm.Queue(engine, clock=clock, models=MODELS_0002)
+    done = old_queue.enqueue("fetch")
+    (lease,) = old_queue.claim("worker-1", start=True)
+    old_queue.succeed(lease)
+    running = old_queue.enqueue("fetch")
+    (running_lease,) = old_queue.claim("worker-1", start=True)
+    queued = old_queue.enqueue("fetch")
+
+    migrate.upgrade(db_url)
+
+    assert migrate.current(db_url) == {HEAD}
+    assert migrate.check(db_url) == []
+    queue = sqlq_orm.Queue(engine, clock=clock)
+    parents = [done.id, running.id, queued.id]
+    child = queue.enqueue("report", depends_on=parents, dedupe_key="report-1")
+    assert queue.get_job(child.id).status == "WAITING"
+    # The dedupe index was rebuilt: a WAITING job holds its key.
+    assert queue.enqueue("report", depends_on=parents, dedupe_key="report-1").created is False
+    queue.succeed(running_lease)  # a lease taken before the upgrade still holds
+    (lease,) = queue.claim("worker-1", start=True)
+    assert lease.job_id == queued.id
+    queue.succeed(lease)
+    assert queue.get_job(child.id).status == "QUEUED"
+    assert sqlq_orm.invariants.check(queue) == []
+    engine.dispose()
+
+
+def test_downgrade_from_0003_queues_waiting_jobs_and_keeps_the_rest(db_url, clock):
+    migrate.upgrade(db_url)
+    engine = sqlq_orm.create_engine(db_url)
+    queue = sqlq_orm.Queue(engine, clock=clock)
+    parent = queue.enqueue("fetch")
+    child = queue.enqueue("report", depends_on=[parent.id])
+
+    migrate.downgrade(db_url, "sqlq_0002")
+
+    assert migrate.current(db_url) == {"sqlq_0002"}
+    with engine.connect() as connection:
+        assert set(connection.scalars(select(Job.status))) == {"QUEUED"}
+    old_queue = sqlq_orm.Queue(engine, clock=clock, models=MODELS_0002)
+    assert {lease.job_id for lease in old_queue.claim("worker-1", limit=5)} == {parent.id, child.id}
+    assert sqlq_orm.invariants.check(old_queue) == []
+    migrate.upgrade(db_url)
+    assert migrate.check(db_url) == []
+    engine.dispose()
+
+
 def test_upgrade_accepts_a_host_apps_engine(db_url):
     engine = sqlq_orm.configure_engine(sqlalchemy.create_engine(db_url))
 
     migrate.upgrade(engine)
 
-    assert migrate.current(engine) == {"sqlq_0002"}
+    assert migrate.current(engine) == {HEAD}
     engine.dispose()
 
 
@@ -185,7 +261,7 @@ def test_upgrade_adopts_tables_created_from_the_models(db_url, clock):
 
     migrate.upgrade(engine)
 
-    assert migrate.current(engine) == {"sqlq_0002"}
+    assert migrate.current(engine) == {HEAD}
     assert sqlq_orm.Queue(engine).get_job(job.id).type == "send_email"
     engine.dispose()
 
@@ -252,13 +328,13 @@ def test_alembic_upgrade_and_check_from_the_repo_root(db_url):
     output = run_alembic("check", cwd=REPO_ROOT, env=env)
 
     assert "No new upgrade operations detected" in output
-    assert migrate.current(db_url) == {"sqlq_0002"}
+    assert migrate.current(db_url) == {HEAD}
 
 
 def test_alembic_without_a_url_migrates_sqlq_db_in_the_working_directory(tmp_path):
     run_alembic("-c", str(REPO_ROOT / "alembic.ini"), "upgrade", "head", cwd=tmp_path)
 
-    assert migrate.current(f"sqlite:///{tmp_path / 'sqlq.db'}") == {"sqlq_0002"}
+    assert migrate.current(f"sqlite:///{tmp_path / 'sqlq.db'}") == {HEAD}
 
 
 HOST_ENV_PY = """
@@ -338,7 +414,7 @@ def test_host_app_runs_sqlq_revisions_from_its_own_alembic(db_url, tmp_path):
     with engine.connect() as connection:
         heads = set(connection.scalars(sqlalchemy.text("SELECT version_num FROM alembic_version")))
     engine.dispose()
-    assert heads == {"3f1c2a9b7d10", "sqlq_0002"}
+    assert heads == {"3f1c2a9b7d10", HEAD}
     assert table_names(db_url) == SQLQ_TABLES | {"widgets", "alembic_version"}
     assert "No new upgrade operations detected" in run_alembic("check", cwd=tmp_path)
 
@@ -350,7 +426,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0002"
-down_revision = "sqlq_0002"
+down_revision = "sqlq_0003"
 branch_labels = None
 depends_on = None
 
@@ -423,5 +499,5 @@ def test_sqlite_migration_that_orphans_rows_is_rolled_back(sqlite_url, tmp_path)
             sqlite_url, tmp_path / "more_versions", extra='op.execute("DELETE FROM sqlq_jobs")'
         )
 
-    assert migrate.current(sqlite_url) == {"sqlq_0002"}
+    assert migrate.current(sqlite_url) == {HEAD}
     assert count(sqlite_url, Job) == 1

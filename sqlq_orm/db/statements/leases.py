@@ -17,11 +17,12 @@ from sqlalchemy import (
 )
 
 from sqlq_orm.db.statements.base import HELD_VALUES, lease_cleared, status_in
+from sqlq_orm.db.statements.dependencies import DependencyStatements
 from sqlq_orm.db.statements.history import HistoryStatements
 from sqlq_orm.schema.states import AttemptStatus, JobStatus
 
 
-class LeasesStatements(HistoryStatements):
+class LeasesStatements(HistoryStatements, DependencyStatements):
     """Calls under a lease: start, heartbeat, finish, fail, release; attempt rows."""
 
     def _build_leases(self) -> None:
@@ -111,7 +112,9 @@ class LeasesStatements(HistoryStatements):
                 error_detail=None,
                 **lease_cleared(),
             ),
-            [j.id, j.attempt_count, j.claimed_by],
+            # has_dependents (where the models have dependencies): whether any job
+            # waits for this one, so only a batch with children looks for them.
+            [j.id, j.attempt_count, j.claimed_by, *self.dependents_flag()],
         )
         # The same with the attempt closes and events in the statement, where allowed.
         self.succeed_batch_with_history = (
