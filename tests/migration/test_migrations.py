@@ -23,8 +23,8 @@ from sqlalchemy import func, select
 import sqlq_orm
 from alembic import command
 from sqlq_orm import migrate
-from sqlq_orm.migrations import MIGRATIONS_DIR, VERSION_TABLE, VERSIONS_DIR
 from sqlq_orm.db.tables import Models
+from sqlq_orm.migrations import MIGRATIONS_DIR, VERSION_TABLE, VERSIONS_DIR
 from sqlq_orm.schema.models import Base, Job, JobAttempt, JobEvent, ScheduleRecord, WorkerRecord
 from tests.support import factories
 from tests.support.faultkit import drop_index_sql

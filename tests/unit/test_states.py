@@ -101,7 +101,7 @@ def test_status_groups_partition_the_statuses():
 
 
 def test_enqueued_creates_a_job_queued_or_waiting_for_its_parents():
-    assert INITIAL_STATUSES == {Q, W}
+    assert {Q, W} == INITIAL_STATUSES
 
 
 def test_a_waiting_job_is_never_claimed_and_only_its_parents_queue_it():
