@@ -27,8 +27,7 @@ from sqlq_orm.errors import (
 from sqlq_orm.ops import invariants
 from sqlq_orm.ops.retention import PruneResult, RetentionPolicy
 from sqlq_orm.ops.stats import QueueStats
-from sqlq_orm.ops.timeline import JobTimeline, job_timeline
-from sqlq_orm.queue.dependencies import RelatedJob
+from sqlq_orm.ops.timeline import JobTimeline, RelatedJob, job_timeline
 from sqlq_orm.queue.queue import Queue
 from sqlq_orm.queue.types import (
     EnqueuedJob,

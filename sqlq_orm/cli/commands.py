@@ -79,6 +79,8 @@ def enqueue(
     dedupe_key: str | None = None,
     payload_ref: str | None = None,
     models: str | None = None,
+    depends_on: list[int] | None = None,
+    on_parent_failure: str = "cancel",
 ) -> int:
     """Add one job; print its id."""
     decoded: Any = None
@@ -102,6 +104,8 @@ def enqueue(
         max_runtime_seconds=max_runtime,
         dedupe_key=dedupe_key,
         payload_ref=payload_ref,
+        depends_on=depends_on,
+        on_parent_failure=on_parent_failure,
     )
     suffix = "" if result.created else f" (already queued with dedupe key {dedupe_key!r})"
     print(f"{result.id}{suffix}")

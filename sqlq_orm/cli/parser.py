@@ -126,6 +126,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-runtime", type=int, metavar="SECONDS", help="end the run after this")
     p.add_argument("--dedupe-key", metavar="KEY", help="no second unfinished job with this key")
     p.add_argument("--payload-ref", metavar="REF", help="pointer to large input kept elsewhere")
+    p.add_argument(
+        "--depends-on", type=int, action="append", metavar="ID",
+        help="wait until job ID has succeeded (repeat for several parents)",
+    )  # fmt: skip
+    p.add_argument(
+        "--on-parent-failure", choices=["cancel", "run"], default="cancel",
+        help="if a parent fails or is cancelled: cancel this job (default) or run it anyway",
+    )  # fmt: skip
 
     p = add("worker", worker)
     p.add_argument(

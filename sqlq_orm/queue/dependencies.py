@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 from sqlq_orm.core import validation
 from sqlq_orm.db.statements.dependencies import POLICIES
 from sqlq_orm.errors import InvalidInput
+from sqlq_orm.ops.timeline import RelatedJob, TimelineQueries
 from sqlq_orm.queue.core import SYSTEM_ACTOR, QueueCore, retry_if_rolled_back
 from sqlq_orm.queue.types import JobSpec
 from sqlq_orm.schema.states import TERMINAL, Event, JobStatus
@@ -66,17 +67,6 @@ class ParentPlan:
     """Parents not yet SUCCEEDED (``cancel``) or not yet finished (``run``)."""
     failed_parent: tuple[int, str] | None
     """(id, status) of a parent that already ended FAILED/CANCELLED, under ``cancel``."""
-
-
-@dataclass(frozen=True)
-class RelatedJob:
-    """A parent or child of a job, as :meth:`Dependencies.dependencies_of` lists it."""
-
-    id: int
-    type: str
-    status: str
-    on_parent_failure: str
-    """The child's policy on this edge."""
 
 
 class Dependencies(QueueCore):
@@ -311,11 +301,15 @@ class Dependencies(QueueCore):
     # ---------------------------------------------------------------- reads
 
     def dependencies_of(self, job_id: int) -> tuple[list[RelatedJob], list[RelatedJob]]:
-        """``(parents, children)`` of a job, each ``(id, type, status, policy)`` by id."""
+        """``(parents, children)`` of a job, each a :class:`RelatedJob`, by id (empty
+        lists for a job without any, or models without a dependency table)."""
         validation.require_int("job_id", job_id)
-        if not self.sql.has_dependencies:
-            return [], []
+        queries = TimelineQueries(self.tables)
+        found: list[list[RelatedJob]] = []
         with self.read() as connection:
-            parents = connection.execute(self.sql.parents_of, {"p_id": job_id}).all()
-            children = connection.execute(self.sql.children_rows_of, {"p_id": job_id}).all()
-        return [RelatedJob(*row) for row in parents], [RelatedJob(*row) for row in children]
+            for query in (queries.parents(job_id), queries.children(job_id)):
+                rows = [] if query is None else connection.execute(query).all()
+                found.append(
+                    [RelatedJob(int(r.id), r.type, r.status, r.on_parent_failure) for r in rows]
+                )
+        return found[0], found[1]

@@ -114,18 +114,3 @@ class DependencyStatements(StatementGroup):
                 **lease_cleared(),
             )
         )
-        # -- reads (sqlq show, the dashboard) -----------------------------------------
-        parent = jobs.alias("parent")
-        self.parents_of = (
-            select(parent.c.id, parent.c.type, parent.c.status, d.on_parent_failure)
-            .select_from(deps.join(parent, parent.c.id == d.depends_on_id))
-            .where(d.job_id == bindparam("p_id"))
-            .order_by(parent.c.id)
-        )
-        child = jobs.alias("child")
-        self.children_rows_of = (
-            select(child.c.id, child.c.type, child.c.status, d.on_parent_failure)
-            .select_from(deps.join(child, child.c.id == d.job_id))
-            .where(d.depends_on_id == bindparam("p_id"))
-            .order_by(child.c.id)
-        )
