@@ -411,3 +411,22 @@ def test_a_batch_without_dependents_never_looks_for_children(queue, engine):
 
     looked_up = [s for s in statements if "sqlq_job_dependencies.job_id" in s]
     assert looked_up == []
+
+
+def test_waiting_jobs_lists_the_oldest_waiting_jobs_with_their_parents(queue, engine, clock):
+    from sqlq_orm.ops.dependencies import waiting_jobs
+
+    first, second = queue.enqueue("a").id, queue.enqueue("b").id
+    children = [queue.enqueue("c", depends_on=[first, second]).id for _ in range(3)]
+    queue.enqueue("free")
+
+    page = waiting_jobs(queue, limit=2)
+
+    assert (page.total, [w.id for w in page.jobs]) == (3, children[:2])
+    assert [(p.id, p.type, p.status) for p in page.jobs[0].parents] == [
+        (first, "a", QUEUED),
+        (second, "b", QUEUED),
+    ]
+    assert page.jobs[0].pending_parents == 2
+    without = Models(job=Job, attempt=JobAttempt, event=JobEvent, worker=WorkerRecord)
+    assert waiting_jobs(sqlq_orm.Queue(engine, models=without)).available is False
