@@ -79,6 +79,10 @@ INVARIANTS: dict[str, str] = {
         "a WAITING job has no parent FAILED or CANCELLED under the cancel policy (it "
         "should have been cancelled with DEPENDENCY:FAILED)"
     ),
+    "parent_is_flagged": (
+        "a job that another waits for has has_dependents = 1 (else its end would not "
+        "look for its children)"
+    ),
     "foreign_keys_hold": (
         "no row of any table references a missing row (SQLite lets one through when a "
         "connection wrote with foreign keys off, e.g. an engine without sqlq's settings)"
@@ -371,6 +375,13 @@ def _dependency_checks(jobs: Table, events: Table, dependencies: Table) -> list[
             select(j.id.label("job_id"), j.pending_parents)
             .select_from(graph)
             .where(waiting, func.coalesce(edges.c.unmet, 0) == 0),
+        ),
+        (
+            "parent_is_flagged",
+            select(p.id.label("job_id"), func.min(d.job_id).label("child"))
+            .select_from(dependencies.join(parent, p.id == d.depends_on_id))
+            .where(p.has_dependents != 1)
+            .group_by(p.id),
         ),
         (
             "waiting_job_has_no_failed_parent",

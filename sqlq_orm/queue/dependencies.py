@@ -97,13 +97,16 @@ class Dependencies(QueueCore):
         wanted = sorted({i for request in requests if request for i in request[0]})
         if not wanted:
             return [None] * len(requests)
-        statuses = {
-            row.id: JobStatus(row.status)
-            for row in connection.execute(self.sql.lock_parents, {"p_ids": wanted})
-        }
-        missing = [i for i in wanted if i not in statuses]
+        params = {"p_ids": wanted}
+        found = {row.id for row in connection.execute(self.sql.lock_parents, params)}
+        missing = [i for i in wanted if i not in found]
         if missing:
             raise InvalidInput(f"depends_on names jobs that do not exist: {missing}")
+        connection.execute(self.sql.flag_parents, params)
+        statuses = {
+            row.id: JobStatus(row.status)
+            for row in connection.execute(self.sql.parent_states, params)
+        }
         plans: list[ParentPlan | None] = []
         for request in requests:
             if request is None:

@@ -64,7 +64,8 @@ class LeaseCalls(FailureRecording):
             )
         params["p_result_ref"] = validation.optional_name("result_ref", result_ref, REF_MAX)
         with self._write() as connection:
-            if connection.execute(self.sql.succeed, params).rowcount != 1:
+            rows, _ = self.sql.run_returning(connection, self.sql.succeed, params)
+            if not rows:
                 raise LeaseLost(lease.job_id)
             self._close_attempt(connection, lease, AttemptStatus.SUCCEEDED, None, None)
             self._write_events(
@@ -75,7 +76,9 @@ class LeaseCalls(FailureRecording):
                     )
                 ],
             )
-            woken = self._parents_ended(connection, [lease.job_id], JobStatus.SUCCEEDED)
+            woken: set[str] = set()
+            if any(tuple(rows[0])[1:]):  # has_dependents, where the models have dependencies
+                woken = self._parents_ended(connection, [lease.job_id], JobStatus.SUCCEEDED)
         if woken:
             self._wake_workers(None, woken)
 

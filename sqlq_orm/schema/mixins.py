@@ -83,6 +83,7 @@ JOB_MIXIN_COLUMNS = frozenset(
         "heartbeat_at", "lease_expires_at", "deadline_at", "finished_at", "claimed_by",
         "lease_token", "attempt_count", "retry_count", "max_retries",
         "max_runtime_seconds", "error_code", "error_detail", "pending_parents",
+        "has_dependents",
     }
 )  # fmt: skip
 """The columns :class:`JobMixin` defines; any other column of a job table is the app's."""
@@ -137,6 +138,10 @@ class JobMixin:
     # No Python-side default: inserts leave it out, so the queue's enqueue also works on
     # a schema older than the column (as long as no job depends on another).
     pending_parents: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    # 1 once a job has a child: set under the parent's row lock by the child's enqueue,
+    # and returned by the statement that finishes the job (on PostgreSQL from the row
+    # version it waited for), so only a job with children looks for them.
+    has_dependents: Mapped[int] = mapped_column(Integer, server_default=text("0"))
 
     @declared_attr
     def attempts(cls) -> Mapped[list[Any]]:

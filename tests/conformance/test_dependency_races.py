@@ -18,7 +18,7 @@ from sqlq_orm.ops.invariants import check
 from tests.support.faultkit import UPDATE_JOBS_SET, Actor, PauseAfter, start_blocked
 
 LOCK_CHILDREN = r"FROM sqlq_jobs WHERE sqlq_jobs.id IN \(.*\) AND sqlq_jobs.status = .*FOR UPDATE"
-LOCK_PARENTS = r"SELECT sqlq_jobs.id, sqlq_jobs.status, sqlq_jobs.type FROM sqlq_jobs WHERE"
+FLAG_PARENTS = UPDATE_JOBS_SET + r" has_dependents="
 SUCCEED = UPDATE_JOBS_SET + r" status=\S+, result_ref="
 SQLITE_LOCK_CHILDREN = r"FROM sqlq_jobs WHERE sqlq_jobs.id IN \(.*\) AND sqlq_jobs.status ="
 
@@ -59,9 +59,9 @@ def test_a_parent_succeeding_while_its_child_is_enqueued_is_seen(engine, queue, 
     parent = queue.enqueue("a").id
     (lease,) = queue.claim("worker-a", start=True)
 
-    with PauseAfter(engine, LOCK_PARENTS) as paused:
+    with PauseAfter(engine, FLAG_PARENTS) as paused:
         enqueuer = Actor(lambda: queue.enqueue("c", depends_on=[parent]).id, name="enqueuer")
-        paused.wait()  # the child's transaction read the parent RUNNING
+        paused.wait()  # the child's transaction holds the parent's row, RUNNING
         finisher = start_blocked(lambda: other.succeed(lease), other.engine, engine)
         paused.release()
 

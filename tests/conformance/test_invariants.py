@@ -473,6 +473,15 @@ def test_a_waiting_child_whose_parents_all_succeeded_is_reported_stuck(engine, q
     }
 
 
+def test_a_parent_without_its_has_dependents_flag_is_reported(engine, queue):
+    parent, child = parent_and_child(queue)
+    corrupt(engine, "UPDATE sqlq_jobs SET has_dependents = 0 WHERE id = :id", id=parent)
+
+    (violation,) = check(queue)
+    assert (violation.invariant, violation.job_id) == ("parent_is_flagged", parent)
+    assert f"child={child}" in violation.detail
+
+
 def test_a_waiting_child_with_a_failed_parent_is_reported(engine, queue):
     parent, child = parent_and_child(queue)
     corrupt(
@@ -521,6 +530,7 @@ def test_every_invariant_has_a_test_that_breaks_it():
         "dependent_ran_after_its_parents",
         "waiting_job_has_unmet_parents",
         "waiting_job_has_no_failed_parent",
+        "parent_is_flagged",
     }
     assert tested == set(INVARIANTS)
 

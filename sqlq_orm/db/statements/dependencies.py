@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import and_, bindparam, case, exists, insert, literal, select
+from sqlalchemy import and_, bindparam, case, insert, select
 
 from sqlq_orm.core import error_codes
 from sqlq_orm.db.statements.base import StatementGroup, lease_cleared
@@ -42,20 +42,20 @@ class DependencyStatements(StatementGroup):
             return
         d = deps.c
         # RETURNING column of a finish: whether the job has children at all, so a
-        # batch without any pays no further round trip (an index probe per row).
-        self.has_dependents_column = exists(
-            select(literal(1)).where(d.depends_on_id == j.id)
-        ).label("has_dependents")
+        # batch without any pays no further round trip. A column of the row itself,
+        # not a lookup: PostgreSQL evaluates a subquery in RETURNING in the snapshot
+        # the statement started with, which misses a child committed while the
+        # statement waited for the parent's row lock; the row's own columns are read
+        # from the version it waited for.
+        self.has_dependents_column = j.has_dependents
         # -- enqueue ---------------------------------------------------------------
-        # The parents' statuses, share-locked: a parent cannot end between this read
-        # and the child's commit, so its end sees the child's edge, or the child sees
-        # its end.
-        self.lock_parents = (
-            select(j.id, j.status, j.type)
-            .where(j.id.in_(bindparam("p_ids", expanding=True)))
-            .order_by(j.id)
-            .with_for_update(read=True)
-        )
+        # The parents, locked in id order (so two enqueues lock alike) and flagged in
+        # the child's transaction: a parent that ends later sees the flag; one that
+        # ended first is read SUCCEEDED (or FAILED, CANCELLED) after the lock.
+        parents = j.id.in_(bindparam("p_ids", expanding=True))
+        self.lock_parents = select(j.id).where(parents).order_by(j.id).with_for_update()
+        self.flag_parents = self.update_by_id(jobs).where(parents).values(has_dependents=1)
+        self.parent_states = select(j.id, j.status).where(parents)
         self.insert_dependency = insert(deps).values(
             job_id=bindparam("p_job_id"),
             depends_on_id=bindparam("p_parent_id"),

@@ -82,7 +82,8 @@ class LeasesStatements(HistoryStatements, DependencyStatements):
 
         # -- finish (each guarded by token and the status the caller saw) ------------
         seen = j.status == bindparam("p_status")
-        self.succeed = (
+        # RETURNING id (and has_dependents): a row back means the guard matched.
+        self.succeed = self.returning_update(
             self.update_by_id(jobs)
             .where(guard, j.status == JobStatus.RUNNING.value)
             .values(
@@ -92,7 +93,9 @@ class LeasesStatements(HistoryStatements, DependencyStatements):
                 error_code=None,
                 error_detail=None,
                 **lease_cleared(),
-            )
+            ),
+            [j.id, *self.dependents_flag()],
+            by_id=True,
         )
         # succeed_many: the same guard for a whole batch, one (id, token) pair per
         # lease; RETURNING names the jobs whose guard still matched. "id IN" as well,

@@ -7,7 +7,8 @@ Create Date: 2026-11-23
 A snapshot like sqlq_0001: every name, type and CHECK is written out here. What changes:
 
 - ``sqlq_jobs``: the status CHECK admits ``WAITING``; a ``pending_parents`` counter
-  (0 for every existing job) with two CHECKs; the partial unique dedupe index counts a
+  (0 for every existing job) with two CHECKs; a ``has_dependents`` flag (0: no
+  existing job has children); the partial unique dedupe index counts a
   WAITING job as unfinished (on MySQL/MariaDB: its generated column is rebuilt).
 - ``sqlq_job_events``: the event CHECK admits ``DEPENDENCIES_MET``.
 - a new table ``sqlq_job_dependencies`` (one row per edge child -> parent).
@@ -97,6 +98,9 @@ def upgrade() -> None:
         batch.add_column(
             sa.Column("pending_parents", sa.Integer(), server_default=sa.text("0"), nullable=False)
         )
+        batch.add_column(
+            sa.Column("has_dependents", sa.Integer(), server_default=sa.text("0"), nullable=False)
+        )
         batch.create_check_constraint(
             op.f("ck_sqlq_jobs_status_valid"), f"status IN ({JOB_STATUSES})"
         )
@@ -162,6 +166,7 @@ def downgrade() -> None:
         batch.drop_constraint(op.f("ck_sqlq_jobs_waiting_has_parents"), type_="check")
         batch.drop_constraint(op.f("ck_sqlq_jobs_pending_parents_nonneg"), type_="check")
         batch.drop_constraint(op.f("ck_sqlq_jobs_status_valid"), type_="check")
+        batch.drop_column("has_dependents")
         batch.drop_column("pending_parents")
         batch.create_check_constraint(
             op.f("ck_sqlq_jobs_status_valid"), f"status IN ({JOB_STATUSES_0001})"
