@@ -270,7 +270,9 @@ class RawSqliteQueue:
                 self.succeed_sql,
                 {"p_id": lease.job_id, "p_token": lease.token, "p_result_ref": None},
             )
-            if cursor.rowcount != 1:
+            # RETURNING id, has_dependents: one row when the guard matched (the flag
+            # is 0 here, as no job has children, so the queue looks no further either).
+            if len(cursor.fetchall()) != 1:
                 raise LookupError(f"lease lost on job {lease.job_id}")
             self._run(
                 self.close_attempt,

@@ -27,7 +27,7 @@ from sqlq_orm.errors import (
 from sqlq_orm.ops import invariants
 from sqlq_orm.ops.retention import PruneResult, RetentionPolicy
 from sqlq_orm.ops.stats import QueueStats
-from sqlq_orm.ops.timeline import JobTimeline, job_timeline
+from sqlq_orm.ops.timeline import JobTimeline, RelatedJob, job_timeline
 from sqlq_orm.queue.queue import Queue
 from sqlq_orm.queue.types import (
     EnqueuedJob,
@@ -40,12 +40,21 @@ from sqlq_orm.queue.types import (
 from sqlq_orm.scheduler import Scheduler
 from sqlq_orm.schema.mixins import (
     JobAttemptMixin,
+    JobDependencyMixin,
     JobEventMixin,
     JobMixin,
     ScheduleMixin,
     WorkerMixin,
 )
-from sqlq_orm.schema.models import Base, Job, JobAttempt, JobEvent, ScheduleRecord, WorkerRecord
+from sqlq_orm.schema.models import (
+    Base,
+    Job,
+    JobAttempt,
+    JobDependency,
+    JobEvent,
+    ScheduleRecord,
+    WorkerRecord,
+)
 from sqlq_orm.schema.states import AttemptStatus, Event, JobStatus
 from sqlq_orm.worker.handlers import HandlerRegistry, JobContext
 from sqlq_orm.worker.runtime import Worker, WorkerStats
@@ -66,6 +75,8 @@ __all__ = [
     "JobAttempt",
     "JobAttemptMixin",
     "JobContext",
+    "JobDependency",
+    "JobDependencyMixin",
     "JobError",
     "JobEvent",
     "JobEventMixin",
@@ -84,6 +95,7 @@ __all__ = [
     "PruneResult",
     "Queue",
     "QueueStats",
+    "RelatedJob",
     "RetentionPolicy",
     "RetryPolicy",
     "Schedule",

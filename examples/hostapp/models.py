@@ -10,7 +10,15 @@ from __future__ import annotations
 from sqlalchemy import ForeignKey, MetaData, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from sqlq_orm import JobAttemptMixin, JobEventMixin, JobMixin, Models, WorkerMixin
+from sqlq_orm import (
+    JobAttemptMixin,
+    JobDependencyMixin,
+    JobEventMixin,
+    JobMixin,
+    Models,
+    ScheduleMixin,
+    WorkerMixin,
+)
 
 
 class Base(DeclarativeBase):
@@ -52,5 +60,20 @@ class Worker(WorkerMixin, Base):
     pass
 
 
-MODELS = Models(job=Job, attempt=JobAttempt, event=JobEvent, worker=Worker)
+class Schedule(ScheduleMixin, Base):
+    pass
+
+
+class JobDependency(JobDependencyMixin, Base):
+    pass
+
+
+MODELS = Models(
+    job=Job,
+    attempt=JobAttempt,
+    event=JobEvent,
+    worker=Worker,
+    schedule=Schedule,
+    dependency=JobDependency,
+)
 """What ``sqlq_orm.Queue(engine, models=MODELS)`` needs to use these tables."""

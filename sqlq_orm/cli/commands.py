@@ -81,6 +81,8 @@ def enqueue(
     concurrency_key: str | None = None,
     concurrency_limit: int | None = None,
     models: str | None = None,
+    depends_on: list[int] | None = None,
+    on_parent_failure: str = "cancel",
 ) -> int:
     """Add one job; print its id."""
     decoded: Any = None
@@ -106,6 +108,8 @@ def enqueue(
         payload_ref=payload_ref,
         concurrency_key=concurrency_key,
         concurrency_limit=concurrency_limit,
+        depends_on=depends_on,
+        on_parent_failure=on_parent_failure,
     )
     suffix = "" if result.created else f" (already queued with dedupe key {dedupe_key!r})"
     print(f"{result.id}{suffix}")

@@ -134,6 +134,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--concurrency-limit", type=int, metavar="N",
         help="how many jobs of --concurrency-key may run at once (default 1)",
     )  # fmt: skip
+    p.add_argument(
+        "--depends-on", type=int, action="append", metavar="ID",
+        help="wait until job ID has succeeded (repeat for several parents)",
+    )  # fmt: skip
+    p.add_argument(
+        "--on-parent-failure", choices=["cancel", "run"], default="cancel",
+        help="if a parent fails or is cancelled: cancel this job (default) or run it anyway",
+    )  # fmt: skip
 
     p = add("worker", worker)
     p.add_argument(

@@ -92,6 +92,7 @@ def create_app(
             Route("/jobs/{job_id:int}", pages.job, name="job"),
             Route("/workers", pages.workers, name="workers"),
             Route("/schedules", pages.schedules, name="schedules"),
+            Route("/dependencies", pages.dependencies, name="dependencies"),
             Route("/metrics", metrics, name="metrics"),
             Route("/actions/{action}", actions.confirm, methods=["GET"], name="confirm"),
             Route("/actions/{action}", actions.perform, methods=["POST"], name="perform"),

@@ -1,4 +1,4 @@
-"""The read-only pages: overview, jobs list, job detail, workers, schedules.
+"""The read-only pages: overview, jobs list, job detail, workers, schedules, dependencies.
 
 Each handler reads through :mod:`sqlq_orm.ops` (schedules: through
 :meth:`~sqlq_orm.Queue.list_schedules`) in a worker thread (the database calls block)
@@ -19,6 +19,7 @@ from starlette.responses import Response
 from sqlq_orm.dashboard.charts import Series, stacked_bars
 from sqlq_orm.dashboard.rendering import Renderer
 from sqlq_orm.errors import InvalidInput, JobNotFound
+from sqlq_orm.ops.dependencies import waiting_jobs
 from sqlq_orm.ops.history import History, finished_history
 from sqlq_orm.ops.joblist import JobFilter, list_jobs
 from sqlq_orm.ops.render.text import STATUS_ORDER
@@ -167,3 +168,8 @@ class Pages:
             lambda: (self.queue.list_schedules(), self.queue.context.read_now())
         )
         return self.render.page(request, "schedules.html", schedules=schedules, now=now)
+
+    async def dependencies(self, request: Request) -> Response:
+        """The WAITING jobs, oldest first, each with the parents it waits on."""
+        waiting = await run_in_threadpool(waiting_jobs, self.queue)
+        return self.render.page(request, "dependencies.html", waiting=waiting)

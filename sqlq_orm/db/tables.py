@@ -7,7 +7,14 @@ from typing import Any
 
 from sqlalchemy import Table
 
-from sqlq_orm.schema.models import Job, JobAttempt, JobEvent, ScheduleRecord, WorkerRecord
+from sqlq_orm.schema.models import (
+    Job,
+    JobAttempt,
+    JobDependency,
+    JobEvent,
+    ScheduleRecord,
+    WorkerRecord,
+)
 
 
 @dataclass(frozen=True)
@@ -16,7 +23,9 @@ class Tables:
 
     ``schedules`` is None when the models name no schedule model: recurring schedules
     are then unavailable (a host app binds :class:`~sqlq_orm.schema.mixins.ScheduleMixin`
-    to use them).
+    to use them). ``dependencies`` is None likewise when the models name no dependency
+    model: ``depends_on`` is then refused (bind
+    :class:`~sqlq_orm.schema.mixins.JobDependencyMixin` to use it).
     """
 
     jobs: Table
@@ -24,6 +33,7 @@ class Tables:
     events: Table
     workers: Table
     schedules: Table | None = None
+    dependencies: Table | None = None
 
 
 @dataclass(frozen=True)
@@ -31,7 +41,9 @@ class Models:
     """The mapped classes the queue works with; a host app passes its own.
 
     ``schedule`` (a class bound from :class:`~sqlq_orm.schema.mixins.ScheduleMixin`)
-    is optional: without it the queue runs no recurring schedules.
+    is optional: without it the queue runs no recurring schedules. ``dependency`` (a
+    class bound from :class:`~sqlq_orm.schema.mixins.JobDependencyMixin`) is optional
+    too: without it jobs cannot ``depends_on`` others.
     """
 
     job: Any
@@ -39,6 +51,7 @@ class Models:
     event: Any
     worker: Any
     schedule: Any = None
+    dependency: Any = None
 
     @classmethod
     def default(cls) -> Models:
@@ -49,6 +62,7 @@ class Models:
             event=JobEvent,
             worker=WorkerRecord,
             schedule=ScheduleRecord,
+            dependency=JobDependency,
         )
 
     def tables(self) -> Tables:
@@ -63,4 +77,5 @@ class Models:
             events=table(self.event),
             workers=table(self.worker),
             schedules=None if self.schedule is None else table(self.schedule),
+            dependencies=None if self.dependency is None else table(self.dependency),
         )

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Table, and_, func, or_, select
+from sqlalchemy import Table, and_, case, func, or_, select
 from sqlalchemy.engine import Connection, Engine
 
 from sqlq_orm.db.context import HasContext, QueueContext, context_of
@@ -27,6 +27,7 @@ from sqlq_orm.schema.states import (
     ANNOTATIONS,
     HELD,
     INITIAL_EVENT,
+    INITIAL_STATUSES,
     TERMINAL,
     TRANSITIONS,
     AttemptStatus,
@@ -68,6 +69,23 @@ INVARIANTS: dict[str, str] = {
         "(read from the schedule and slot their ENQUEUED events record)"
     ),
     "schedule_slots_move_forward": ("a schedule's last enqueued slot is before its next slot"),
+    "dependent_ran_after_its_parents": (
+        "a job that was claimed, ran or finished by running (CLAIMED, RUNNING, SUCCEEDED, "
+        "or FAILED with attempts) has every parent it waits for under the cancel policy "
+        "SUCCEEDED (unless a person retried it)"
+    ),
+    "waiting_job_has_unmet_parents": (
+        "a WAITING job has a parent it still waits for (not SUCCEEDED, or under the run "
+        "policy not finished); otherwise it is stuck"
+    ),
+    "waiting_job_has_no_failed_parent": (
+        "a WAITING job has no parent FAILED or CANCELLED under the cancel policy (it "
+        "should have been cancelled with DEPENDENCY:FAILED)"
+    ),
+    "parent_is_flagged": (
+        "a job that another waits for has has_dependents = 1 (else its end would not "
+        "look for its children)"
+    ),
     "foreign_keys_hold": (
         "no row of any table references a missing row (SQLite lets one through when a "
         "connection wrote with foreign keys off, e.g. an engine without sqlq's settings)"
@@ -118,6 +136,10 @@ def check(target: QueueContext | HasContext | Engine) -> list[Violation]:
                 violations.append(Violation(name, row[0], _describe(row)))
         violations.extend(_replay_events(connection, tables.jobs, tables.events))
         violations.extend(_schedule_problems(connection, tables.events, tables.schedules))
+        if tables.dependencies is not None:
+            for name, query in _dependency_checks(tables.jobs, tables.events, tables.dependencies):
+                for row in connection.execute(query):
+                    violations.append(Violation(name, row[0], _describe(row)))
         violations.extend(_foreign_key_problems(context, connection))
     violations.sort(key=lambda v: (v.job_id is None, v.job_id or 0, v.invariant))
     return violations
@@ -330,6 +352,63 @@ def _row_checks(jobs: Table, attempts: Table, events: Table) -> list[tuple[str, 
     ]
 
 
+def _dependency_checks(jobs: Table, events: Table, dependencies: Table) -> list[tuple[str, Any]]:
+    """The dependency graph's invariants, one query each (``job_id`` first)."""
+    j, e, d = jobs.c, events.c, dependencies.c
+    parent = jobs.alias("parent")
+    p = parent.c
+    cancel_edge = d.on_parent_failure == "cancel"
+    not_succeeded = p.status != JobStatus.SUCCEEDED.value
+    unmet = or_(and_(cancel_edge, not_succeeded), and_(~cancel_edge, p.status.not_in(_TERMINAL)))
+    failed = and_(cancel_edge, p.status.in_([JobStatus.FAILED.value, JobStatus.CANCELLED.value]))
+    edges = (
+        select(
+            d.job_id,
+            func.sum(case((unmet, 1), else_=0)).label("unmet"),
+            func.sum(case((failed, 1), else_=0)).label("failed"),
+            func.sum(case((and_(cancel_edge, not_succeeded), 1), else_=0)).label("early"),
+            func.min(case((and_(cancel_edge, not_succeeded), p.id))).label("parent"),
+        )
+        .select_from(dependencies.join(parent, p.id == d.depends_on_id))
+        .group_by(d.job_id)
+        .subquery("edges")
+    )
+    graph = jobs.outerjoin(edges, edges.c.job_id == j.id)
+    waiting = j.status == JobStatus.WAITING.value
+    retried_by_hand = select(e.id).where(e.job_id == j.id, e.event == Event.RETRIED.value).exists()
+    ran = or_(
+        j.status.in_([*_HELD, JobStatus.SUCCEEDED.value]),
+        and_(j.status == JobStatus.FAILED.value, j.attempt_count > 0),
+    )
+    return [
+        (
+            "dependent_ran_after_its_parents",
+            select(j.id.label("job_id"), j.status, edges.c.parent.label("unfinished_parent"))
+            .select_from(graph)
+            .where(ran, edges.c.early > 0, ~retried_by_hand),
+        ),
+        (
+            "waiting_job_has_unmet_parents",
+            select(j.id.label("job_id"), j.pending_parents)
+            .select_from(graph)
+            .where(waiting, func.coalesce(edges.c.unmet, 0) == 0),
+        ),
+        (
+            "parent_is_flagged",
+            select(p.id.label("job_id"), func.min(d.job_id).label("child"))
+            .select_from(dependencies.join(parent, p.id == d.depends_on_id))
+            .where(p.has_dependents != 1)
+            .group_by(p.id),
+        ),
+        (
+            "waiting_job_has_no_failed_parent",
+            select(j.id.label("job_id"), edges.c.failed.label("failed_parents"))
+            .select_from(graph)
+            .where(waiting, edges.c.failed > 0),
+        ),
+    ]
+
+
 def _replay_events(connection: Connection, jobs: Table, events: Table) -> list[Violation]:
     """Replay each job's timeline (in insertion order) through the transition table."""
     j, e = jobs.c, events.c
@@ -427,7 +506,9 @@ def replay_problem(timeline: Sequence[str], status: str) -> str | None:
         return "the job has no events (its ENQUEUED is missing)"
     if timeline[0] != INITIAL_EVENT.value:
         return f"first event is {timeline[0]}, not {INITIAL_EVENT.value}"
-    state = JobStatus.QUEUED
+    # ENQUEUED creates the job QUEUED or WAITING (it had unmet parents); the events
+    # that follow tell which, so replay both and keep the states still possible.
+    states = set(INITIAL_STATUSES)
     for index, name in enumerate(timeline[1:], start=2):
         try:
             event = Event(name)
@@ -435,14 +516,15 @@ def replay_problem(timeline: Sequence[str], status: str) -> str | None:
             return f"event #{index} {name!r} is not a known event"
         transition = TRANSITIONS.get(event)
         if transition is not None:
-            if state not in transition.sources:
-                return f"event #{index} {name} is not allowed from {state.value}"
-            state = transition.target
+            if not states & transition.sources:
+                return f"event #{index} {name} is not allowed from {_names(states)}"
+            states = {transition.target}
             continue
         if event not in ANNOTATIONS:
             return f"event #{index} {name} cannot happen after the job exists"
-        if state not in HELD:
-            return f"event #{index} {name} is only allowed while held, the job was {state.value}"
+        if not states & HELD:
+            return f"event #{index} {name} is only allowed while held, the job was {_names(states)}"
+        states &= HELD
         if event in _MOVERS_AFTER:
             following = timeline[index] if index < len(timeline) else None
             if following not in {f.value for f in _FOLLOW_UPS}:
@@ -450,6 +532,10 @@ def replay_problem(timeline: Sequence[str], status: str) -> str | None:
                     f"event #{index} {name} must be followed by RETRY_SCHEDULED or FAILED, "
                     f"got {following}"
                 )
-    if state.value != status:
-        return f"events replay to {state.value} but the job is {status}"
+    if status not in {state.value for state in states}:
+        return f"events replay to {_names(states)} but the job is {status}"
     return None
+
+
+def _names(states: set[JobStatus]) -> str:
+    return " or ".join(sorted(state.value for state in states))

@@ -92,6 +92,17 @@ class EventView:
 
 
 @dataclass(frozen=True)
+class RelatedJob:
+    """A parent or a child of a job (``depends_on``)."""
+
+    id: int
+    type: str
+    status: str
+    on_parent_failure: str
+    """The child's policy on this edge: ``cancel`` or ``run``."""
+
+
+@dataclass(frozen=True)
 class JobTimeline:
     """Everything known about one job, as of ``now``."""
 
@@ -103,6 +114,10 @@ class JobTimeline:
     """The worker holding the job, if it is held and the worker is registered."""
     worker_state: WorkerState | None
     """None when nobody holds the job."""
+    parents: list[RelatedJob] = field(default_factory=list)
+    """The jobs this one waits for (``depends_on``), by id."""
+    children: list[RelatedJob] = field(default_factory=list)
+    """The jobs that wait for this one, by id."""
 
 
 _JOB_VIEW_COLUMNS = [name for name in JobView.__dataclass_fields__ if name != "columns"]
@@ -155,14 +170,43 @@ class TimelineQueries:
         j = self.tables.jobs.c
         return select(func.count()).where(j.status.in_(HELD_VALUES), j.claimed_by == worker_id)
 
+    def parents(self, job_id: int) -> Select[Any] | None:
+        """On the dependencies' primary key (job_id, depends_on_id); None without them."""
+        d = self.tables.dependencies
+        if d is None:
+            return None
+        parent = self.tables.jobs.alias("parent")
+        return (
+            select(parent.c.id, parent.c.type, parent.c.status, d.c.on_parent_failure)
+            .select_from(d.join(parent, parent.c.id == d.c.depends_on_id))
+            .where(d.c.job_id == job_id)
+            .order_by(parent.c.id)
+        )
+
+    def children(self, job_id: int) -> Select[Any] | None:
+        """On ``ix_*_depends_on``; None without a dependencies table."""
+        d = self.tables.dependencies
+        if d is None:
+            return None
+        child = self.tables.jobs.alias("child")
+        return (
+            select(child.c.id, child.c.type, child.c.status, d.c.on_parent_failure)
+            .select_from(d.join(child, child.c.id == d.c.job_id))
+            .where(d.c.depends_on_id == job_id)
+            .order_by(child.c.id)
+        )
+
     def all(self) -> list[tuple[str, Any]]:
         """Every statement :func:`job_timeline` runs, named, for ``EXPLAIN`` tests."""
-        return [
+        found = [
             ("show.job", self.job(1)),
             ("show.attempts", self.attempts(1)),
             ("show.events", self.events(1)),
             ("show.held_by", self.held_by("w-1")),
+            ("show.parents", self.parents(1)),
+            ("show.children", self.children(1)),
         ]
+        return [(name, statement) for name, statement in found if statement is not None]
 
 
 def _decode(text: str | None) -> Any:
@@ -239,6 +283,20 @@ def job_timeline(
             state = worker_state(
                 None if found is None else int(found.last_seen_at), now, worker_stale_seconds
             )
+        related = [
+            [RelatedJob(int(r.id), r.type, r.status, r.on_parent_failure) for r in rows]
+            for rows in (
+                [] if query is None else connection.execute(query).all()
+                for query in (q.parents(job_id), q.children(job_id))
+            )
+        ]
     return JobTimeline(
-        now=now, job=job, attempts=attempts, events=events, worker=worker, worker_state=state
+        now=now,
+        job=job,
+        attempts=attempts,
+        events=events,
+        worker=worker,
+        worker_state=state,
+        parents=related[0],
+        children=related[1],
     )

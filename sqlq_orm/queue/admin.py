@@ -13,18 +13,22 @@ from sqlq_orm.errors import (
     InvalidTransition,
     JobNotFound,
 )
-from sqlq_orm.queue.core import SYSTEM_ACTOR, QueueCore, retry_if_rolled_back
+from sqlq_orm.queue.core import SYSTEM_ACTOR, retry_if_rolled_back
+from sqlq_orm.queue.dependencies import Dependencies
 from sqlq_orm.schema.states import TERMINAL, AttemptStatus, Event, JobStatus
 
 
-class Administration(QueueCore):
+class Administration(Dependencies):
     """What an operator does to a job by its id, and what they read."""
 
     @retry_if_rolled_back
     def cancel(self, job_id: int, *, actor: str = SYSTEM_ACTOR, reason: str | None = None) -> None:
         """Cancel an unfinished job. A worker holding it loses its lease.
 
-        Raises :class:`~sqlq_orm.errors.JobNotFound` or
+        Jobs waiting for it (``depends_on``) are cancelled too, with
+        ``DEPENDENCY:FAILED``, and theirs in turn (or, under ``on_parent_failure="run"``,
+        counted as having one parent less to wait for). Raises
+        :class:`~sqlq_orm.errors.JobNotFound` or
         :class:`~sqlq_orm.errors.InvalidTransition` (already finished).
         """
         validation.require_int("job_id", job_id)
@@ -48,12 +52,17 @@ class Administration(QueueCore):
             if reason:
                 detail["reason"] = error_codes.summarize_detail(reason) or ""
             self._write_events(connection, [self._event(job_id, Event.CANCELLED, actor, detail)])
+            woken = self._parents_ended(connection, [job_id], JobStatus.CANCELLED)
+        if woken:
+            self._wake_workers(None, woken)
 
     @retry_if_rolled_back
     def retry(self, job_id: int, *, actor: str = SYSTEM_ACTOR) -> None:
         """Requeue a FAILED or CANCELLED job now, with a fresh retry budget.
 
-        Its attempts and events stay; the next run is a new attempt number.
+        Its attempts and events stay; the next run is a new attempt number. Jobs that
+        were cancelled because this one failed (``DEPENDENCY:FAILED``) stay cancelled:
+        retry them too if they should run.
         """
         validation.require_int("job_id", job_id)
         with self._write() as connection:

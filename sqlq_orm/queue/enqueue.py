@@ -12,7 +12,8 @@ from sqlalchemy.orm import Session
 
 from sqlq_orm.core import validation
 from sqlq_orm.errors import DedupeConflict, InvalidInput, SqlqError
-from sqlq_orm.queue.core import SYSTEM_ACTOR, QueueCore, retry_if_rolled_back
+from sqlq_orm.queue.core import SYSTEM_ACTOR, retry_if_rolled_back
+from sqlq_orm.queue.dependencies import Dependencies
 from sqlq_orm.queue.types import EnqueuedJob, JobSpec
 from sqlq_orm.schema.mixins import CONCURRENCY_KEY_MAX, DEDUPE_KEY_MAX, QUEUE_MAX, REF_MAX, TYPE_MAX
 from sqlq_orm.schema.states import Event
@@ -36,7 +37,7 @@ _ARRAY_COLUMNS = (
 """The per-job parameters ``insert_jobs_from_arrays`` takes, one array each."""
 
 
-class Enqueueing(QueueCore):
+class Enqueueing(Dependencies):
     """Adding jobs, each with its ENQUEUED event in the same transaction."""
 
     def _job_params(
@@ -101,6 +102,8 @@ class Enqueueing(QueueCore):
         concurrency_key: str | None = None,
         concurrency_limit: int | None = None,
         session: Session | None = None,
+        depends_on: Iterable[int] | None = None,
+        on_parent_failure: str = "cancel",
         **app_columns: Any,
     ) -> EnqueuedJob:
         """Add a job and its ENQUEUED event, atomically.
@@ -117,6 +120,11 @@ class Enqueueing(QueueCore):
         rolls back with it. Extra keyword arguments fill columns a host app added to
         its job model. Bad input raises :class:`~sqlq_orm.errors.InvalidInput` and
         writes nothing.
+
+        With ``depends_on`` (ids of existing jobs), the job waits (WAITING) until all
+        of them SUCCEEDED; if one ends FAILED or CANCELLED it is cancelled with
+        ``DEPENDENCY:FAILED``, or, with ``on_parent_failure="run"``, runs once every
+        parent has finished. Unknown ids raise :class:`~sqlq_orm.errors.InvalidInput`.
         """
         params = self._job_params(
             type,
@@ -133,10 +141,16 @@ class Enqueueing(QueueCore):
             concurrency_limit=concurrency_limit,
         )
         validation.app_columns(app_columns, self._app_columns)
+        request = self._dependency_request(depends_on, on_parent_failure)
         with self._write(session) as connection:
+            (plan,) = self._plan_parents(connection, [request])
+            if plan is not None:
+                params["p_depends_on"] = list(plan.parents)
             job_id, created = self._insert_deduplicated(connection, params, app_columns)
             if created:
                 self._write_events(connection, [self._enqueued_event(job_id, params)])
+                if plan is not None:
+                    self._attach_parents(connection, job_id, plan)
                 self._announce_jobs(connection, [queue])
         if created:
             self._wake_workers(session, [queue])
@@ -164,6 +178,8 @@ class Enqueueing(QueueCore):
         detail = {"queue": params["p_queue"], "type": params["p_type"]}
         if params["p_dedupe_key"] is not None:
             detail["dedupe_key"] = params["p_dedupe_key"]
+        if params.get("p_depends_on"):
+            detail["depends_on"] = params["p_depends_on"]
         return self._event(job_id, Event.ENQUEUED, SYSTEM_ACTOR, detail)
 
     def _active_duplicate_or_insert(
@@ -214,6 +230,7 @@ class Enqueueing(QueueCore):
         earlier in this batch) holds its key, that job's id is returned in its place.
         """
         prepared: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        requests: list[tuple[tuple[int, ...], str] | None] = []
         for index, job in enumerate(jobs):
             try:
                 spec = job if isinstance(job, JobSpec) else JobSpec.from_mapping(job)
@@ -232,6 +249,7 @@ class Enqueueing(QueueCore):
                     concurrency_limit=spec.concurrency_limit,
                 )
                 columns = validation.app_columns(dict(spec.columns), self._app_columns)
+                requests.append(self._dependency_request(spec.depends_on, spec.on_parent_failure))
             except (InvalidInput, TypeError) as exc:
                 raise InvalidInput(f"job #{index} of enqueue_many: {exc}") from None
             prepared.append((params, columns))
@@ -240,9 +258,15 @@ class Enqueueing(QueueCore):
         ids: list[int | None] = [None] * len(prepared)
         events: list[dict[str, Any] | None] = [None] * len(prepared)
         with self._write(session) as connection:
+            plans = self._plan_parents(connection, requests)
             bulk: dict[tuple[str, ...], list[int]] = {}
             for index, (params, columns) in enumerate(prepared):
-                if params["p_dedupe_key"] is None:
+                plan = plans[index]
+                if plan is not None:
+                    # Inserted on its own, like a deduplicated job: its ENQUEUED event
+                    # lists its parents.
+                    params["p_depends_on"] = list(plan.parents)
+                elif params["p_dedupe_key"] is None:
                     bulk.setdefault(tuple(sorted(columns)), []).append(index)
                     continue
                 job_id, created = self._insert_deduplicated(connection, params, columns)
@@ -259,6 +283,9 @@ class Enqueueing(QueueCore):
                         events[index] = self._enqueued_event(job_id, prepared[index][0])
             written = [e for e in events if e is not None]
             self._write_events(connection, written)
+            for index, plan in enumerate(plans):
+                if plan is not None and events[index] is not None:
+                    self._attach_parents(connection, int(ids[index] or 0), plan)
             queues = {params["p_queue"] for params, _ in prepared}
             created = bool(written) or logged_by_insert
             if created:

@@ -8,7 +8,8 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from sqlq_orm.core.lease import Lease
-from sqlq_orm.queue.core import DeferredWrites, QueueCore
+from sqlq_orm.queue.core import DeferredWrites
+from sqlq_orm.queue.dependencies import Dependencies
 from sqlq_orm.schema.states import AttemptStatus, Event, JobStatus
 
 
@@ -29,7 +30,7 @@ class FailedRun:
     note: dict[str, Any] | None = None
 
 
-class FailureRecording(QueueCore):
+class FailureRecording(Dependencies):
     """Requeue with backoff or fail a held job, closing its attempt and writing events."""
 
     def _close_attempt(
@@ -93,7 +94,21 @@ class FailureRecording(QueueCore):
         """Record each failed run as :meth:`_end_attempt_with_failure` does; return where
         each job went (None where its guard did not match). Attempt rows and events are
         collected in ``deferred``. Where the backend takes rows as arrays, the guarded
-        updates of the whole batch are one statement."""
+        updates of the whole batch are one statement. The children of the jobs that
+        ended FAILED are cancelled (or counted down) in the same transaction."""
+        outcomes = self._end_runs(connection, runs, deferred)
+        failed = [
+            run.job_id
+            for run, outcome in zip(runs, outcomes, strict=True)
+            if outcome is JobStatus.FAILED
+        ]
+        if failed:
+            self._parents_ended(connection, failed, JobStatus.FAILED)
+        return outcomes
+
+    def _end_runs(
+        self, connection: Connection, runs: list[FailedRun], deferred: DeferredWrites
+    ) -> list[JobStatus | None]:
         plans = [
             (
                 run,

@@ -64,7 +64,8 @@ class LeaseCalls(FailureRecording):
             )
         params["p_result_ref"] = validation.optional_name("result_ref", result_ref, REF_MAX)
         with self._write() as connection:
-            if connection.execute(self.sql.succeed, params).rowcount != 1:
+            rows, _ = self.sql.run_returning(connection, self.sql.succeed, params)
+            if not rows:
                 raise LeaseLost(lease.job_id)
             self._close_attempt(connection, lease, AttemptStatus.SUCCEEDED, None, None)
             self._write_events(
@@ -75,6 +76,11 @@ class LeaseCalls(FailureRecording):
                     )
                 ],
             )
+            woken: set[str] = set()
+            if any(tuple(rows[0])[1:]):  # has_dependents, where the models have dependencies
+                woken = self._parents_ended(connection, [lease.job_id], JobStatus.SUCCEEDED)
+        if woken:
+            self._wake_workers(None, woken)
 
     @retry_if_rolled_back
     def succeed_many(self, leases: Sequence[Lease]) -> list[Lease]:
@@ -102,13 +108,12 @@ class LeaseCalls(FailureRecording):
             return []
         pairs = [(lease.job_id, lease.token) for lease in by_id.values()]
         params = {"p_ids": list(by_id), "p_pairs": pairs}
+        woken: set[str] = set()
         with self._write() as connection:
             if self.sql.succeed_batch_with_history is not None:
                 # One statement: the finish, the attempt closes and the events.
-                done = {
-                    row[0]
-                    for row in connection.execute(self.sql.succeed_batch_with_history, params)
-                }
+                rows = connection.execute(self.sql.succeed_batch_with_history, params).all()
+                done = {row[0] for row in rows}
             else:
                 rows, _ = self.sql.run_returning(connection, self.sql.succeed_batch, params)
                 done = {row[0] for row in rows}
@@ -117,6 +122,12 @@ class LeaseCalls(FailureRecording):
                     history = {"p_ids": sorted(done)}
                     connection.execute(self.sql.close_succeeded_attempts_of_batch, history)
                     connection.execute(self.sql.succeeded_events_of_batch, history)
+            # The statement said which jobs have children: a batch without any is done.
+            parents = [row[0] for row in rows if self.sql.has_dependencies and row[3]]
+            if parents:
+                woken = self._parents_ended(connection, parents, JobStatus.SUCCEEDED)
+        if woken:
+            self._wake_workers(None, woken)
         return [lease for lease in by_id.values() if lease.job_id not in done]
 
     @retry_if_rolled_back

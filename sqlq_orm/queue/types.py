@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -36,6 +36,10 @@ class JobSpec:
     concurrency_limit: int | None = None
     columns: Mapping[str, Any] = field(default_factory=dict)
     """Values for columns the host app added to its job model."""
+    depends_on: Sequence[int] = ()
+    """Ids of the jobs this one waits for (see :meth:`Queue.enqueue`)."""
+    on_parent_failure: str = "cancel"
+    """What this job does if a parent ends FAILED or CANCELLED: ``cancel`` or ``run``."""
 
     @classmethod
     def from_mapping(cls, job: Mapping[str, Any]) -> JobSpec:

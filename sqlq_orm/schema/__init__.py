@@ -3,7 +3,8 @@
 - :mod:`~sqlq_orm.schema.states`: ``JobStatus``, ``AttemptStatus``, ``Event`` and the
   table of allowed transitions;
 - :mod:`~sqlq_orm.schema.mixins`: ``JobMixin``, ``JobAttemptMixin``, ``JobEventMixin``,
-  ``WorkerMixin`` and ``ScheduleMixin``, which a host app binds to its own declarative
+  ``WorkerMixin``, ``ScheduleMixin`` and ``JobDependencyMixin``, which a host app binds
+  to its own declarative
   base (and extends with its own columns); constraint and index names come from here;
 - :mod:`~sqlq_orm.schema.models`: the library's own base and concrete models, used
   when the app does not bring its own.

@@ -83,8 +83,8 @@ JOB_MIXIN_COLUMNS = frozenset(
         "result_ref", "dedupe_key", "created_at", "run_at", "claimed_at", "started_at",
         "heartbeat_at", "lease_expires_at", "deadline_at", "finished_at", "claimed_by",
         "lease_token", "attempt_count", "retry_count", "max_retries",
-        "max_runtime_seconds", "error_code", "error_detail", "concurrency_key",
-        "concurrency_limit",
+        "max_runtime_seconds", "error_code", "error_detail", "pending_parents",
+        "has_dependents", "concurrency_key", "concurrency_limit",
     }
 )  # fmt: skip
 """The columns :class:`JobMixin` defines; any other column of a job table is the app's."""
@@ -133,7 +133,17 @@ class JobMixin:
 
     error_code: Mapped[str | None] = mapped_column(String(ERROR_CODE_MAX))
     error_detail: Mapped[str | None] = mapped_column(String(ERROR_DETAIL_MAX))
-    # Last, as sqlq_0004 added them (a rebuilt SQLite table keeps this order).
+    # Parents (depends_on) this job still waits for; WAITING while above 0. Each
+    # parent's end decrements it under the row lock, so two parents ending at once
+    # cannot both miss the last one (see JobDependencyMixin).
+    # No Python-side default: inserts leave it out, so the queue's enqueue also works on
+    # a schema older than the column (as long as no job depends on another).
+    pending_parents: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    # 1 once a job has a child: set under the parent's row lock by the child's enqueue,
+    # and returned by the statement that finishes the job (on PostgreSQL from the row
+    # version it waited for), so only a job with children looks for them.
+    has_dependents: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    # After sqlq_0003's, as sqlq_0004 added them (a rebuilt SQLite table keeps this order).
     # At most concurrency_limit jobs sharing concurrency_key are CLAIMED or RUNNING
     # at once (enforced by the claim; both NULL for a job without a limit).
     concurrency_key: Mapped[str | None] = mapped_column(String(CONCURRENCY_KEY_MAX))
@@ -189,6 +199,11 @@ class JobMixin:
             CheckConstraint(
                 f"NOT ({_in('status', TERMINAL)}) OR finished_at IS NOT NULL",
                 name=conv(f"ck_{t}_terminal_has_finished"),
+            ),
+            CheckConstraint("pending_parents >= 0", name=conv(f"ck_{t}_pending_parents_nonneg")),
+            CheckConstraint(
+                "status <> 'WAITING' OR pending_parents > 0",
+                name=conv(f"ck_{t}_waiting_has_parents"),
             ),
             CheckConstraint(
                 "(concurrency_key IS NULL AND concurrency_limit IS NULL)"
@@ -398,5 +413,65 @@ class ScheduleMixin:
             PrimaryKeyConstraint("name", name=conv(f"pk_{t}")),
             # the scheduler's tick: WHERE next_slot_at <= now
             Index(conv(f"ix_{t}_next_slot"), "next_slot_at"),
+            MYSQL_TABLE_OPTIONS,
+        )
+
+
+POLICY_MAX = 16
+
+
+class JobDependencyMixin:
+    """One edge of the dependency graph: ``job_id`` waits for ``depends_on_id``
+    (default table ``sqlq_job_dependencies``).
+
+    Written by the enqueue, in the child's transaction; read when a parent ends, to
+    find its children (hence the index on ``depends_on_id``). ``on_parent_failure`` is
+    the child's policy for this parent: ``cancel`` (the child is cancelled with
+    ``DEPENDENCY:FAILED`` when the parent ends FAILED or CANCELLED) or ``run`` (the
+    parent only has to finish). Both keys cascade on delete, so retention pruning a
+    finished job leaves no edge behind.
+    """
+
+    __sqlq_job_table__: ClassVar[str] = "sqlq_jobs"
+
+    @declared_attr.directive
+    def __tablename__(cls) -> str:
+        return "sqlq_job_dependencies"
+
+    on_parent_failure: Mapped[str] = mapped_column(String(POLICY_MAX), default="cancel")
+
+    @declared_attr
+    def job_id(cls) -> Mapped[int]:
+        return mapped_column(
+            IdType,
+            ForeignKey(
+                f"{cls.__sqlq_job_table__}.id",
+                ondelete="CASCADE",
+                name=conv(f"fk_{cls.__tablename__}_job_id"),
+            ),
+        )
+
+    @declared_attr
+    def depends_on_id(cls) -> Mapped[int]:
+        return mapped_column(
+            IdType,
+            ForeignKey(
+                f"{cls.__sqlq_job_table__}.id",
+                ondelete="CASCADE",
+                name=conv(f"fk_{cls.__tablename__}_depends_on_id"),
+            ),
+        )
+
+    @declared_attr.directive
+    def __table_args__(cls) -> tuple[Any, ...]:
+        t = cls.__tablename__
+        return (
+            PrimaryKeyConstraint("job_id", "depends_on_id", name=conv(f"pk_{t}")),
+            CheckConstraint(
+                "on_parent_failure IN ('cancel', 'run')",
+                name=conv(f"ck_{t}_policy_valid"),
+            ),
+            # a parent's end: WHERE depends_on_id IN (:ended)
+            Index(conv(f"ix_{t}_depends_on"), "depends_on_id"),
             MYSQL_TABLE_OPTIONS,
         )

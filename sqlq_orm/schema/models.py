@@ -11,6 +11,7 @@ from sqlalchemy.orm import DeclarativeBase
 
 from sqlq_orm.schema.mixins import (
     JobAttemptMixin,
+    JobDependencyMixin,
     JobEventMixin,
     JobMixin,
     ScheduleMixin,
@@ -51,6 +52,10 @@ class WorkerRecord(WorkerMixin, Base):
 
 class ScheduleRecord(ScheduleMixin, Base):
     """A recurring schedule's progress (table ``sqlq_schedules``)."""
+
+
+class JobDependency(JobDependencyMixin, Base):
+    """One job waiting for another (table ``sqlq_job_dependencies``)."""
 
 
 metadata = Base.metadata

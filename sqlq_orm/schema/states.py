@@ -13,6 +13,7 @@ from dataclasses import dataclass
 class JobStatus(enum.StrEnum):
     """Where a job is in its life. Stored as the member's value."""
 
+    WAITING = "WAITING"  #: waiting for its parent jobs (``depends_on``) to succeed
     QUEUED = "QUEUED"  #: waiting for a worker (possibly not before ``run_at``)
     CLAIMED = "CLAIMED"  #: leased to a worker that has not started it yet
     RUNNING = "RUNNING"  #: leased to a worker whose handler is running
@@ -46,6 +47,7 @@ class Event(enum.StrEnum):
     RECOVERED = "RECOVERED"  #: the sweeper took back an expired lease
     TIMED_OUT = "TIMED_OUT"  #: the sweeper ended a run past its max runtime
     RETRIED = "RETRIED"  #: a person requeued a finished job
+    DEPENDENCIES_MET = "DEPENDENCIES_MET"  #: the last parent finished; the job is queued
 
 
 HELD = frozenset({JobStatus.CLAIMED, JobStatus.RUNNING})
@@ -54,8 +56,8 @@ HELD = frozenset({JobStatus.CLAIMED, JobStatus.RUNNING})
 TERMINAL = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
 """Statuses a job ends in; only a manual retry moves it again."""
 
-ACTIVE = frozenset({JobStatus.QUEUED, *HELD})
-"""Statuses of a job that is not finished."""
+ACTIVE = frozenset({JobStatus.WAITING, JobStatus.QUEUED, *HELD})
+"""Statuses of a job that is not finished (a WAITING job can be cancelled, never claimed)."""
 
 
 @dataclass(frozen=True)
@@ -76,13 +78,19 @@ _TRANSITION_LIST = [
     Transition(Event.RELEASED, HELD, JobStatus.QUEUED),
     Transition(Event.CANCELLED, ACTIVE, JobStatus.CANCELLED),
     Transition(Event.RETRIED, frozenset({JobStatus.FAILED, JobStatus.CANCELLED}), JobStatus.QUEUED),
+    Transition(Event.DEPENDENCIES_MET, frozenset({JobStatus.WAITING}), JobStatus.QUEUED),
 ]
 
 TRANSITIONS: dict[Event, Transition] = {t.event: t for t in _TRANSITION_LIST}
 """Every allowed state change, keyed by the event that records it."""
 
 INITIAL_EVENT = Event.ENQUEUED
-"""The first event of every job; it creates the job in ``QUEUED``."""
+"""The first event of every job; it creates the job in one of :data:`INITIAL_STATUSES`."""
+
+INITIAL_STATUSES = frozenset({JobStatus.QUEUED, JobStatus.WAITING})
+"""Where ``ENQUEUED`` puts a job: ``WAITING`` while some of its parents (``depends_on``)
+have not succeeded, else ``QUEUED``. (A job whose parent already failed is created and
+cancelled in the same transaction: ``ENQUEUED`` then ``CANCELLED``.)"""
 
 ANNOTATIONS = frozenset({Event.HEARTBEAT, Event.RECOVERED, Event.TIMED_OUT})
 """Events that explain what happened without moving the job themselves.

@@ -94,6 +94,23 @@ def test_enqueue_then_show_prints_the_job_and_its_timeline(migrated_url):
     assert "ENQUEUED" in shown.stdout
 
 
+def test_show_lists_a_jobs_parents_and_children(migrated_url):
+    parent = sqlq("--db", migrated_url, "enqueue", "fetch").stdout.strip()
+    child = sqlq("--db", migrated_url, "enqueue", "report", "--depends-on", parent,
+                 "--on-parent-failure", "run").stdout.strip()  # fmt: skip
+
+    of_child = sqlq("--db", migrated_url, "show", child)
+    of_parent = sqlq("--db", migrated_url, "show", parent, "--json")
+
+    assert of_child.returncode == 0, of_child.stderr
+    assert "status=WAITING" in of_child.stdout
+    parents = of_child.stdout.split("parents\n", 1)[1].split("\n\n", 1)[0]
+    assert parents.splitlines()[1].split() == [parent, "fetch", "QUEUED", "run"]
+    assert json.loads(of_parent.stdout)["children"] == [
+        {"id": int(child), "type": "report", "status": "WAITING", "on_parent_failure": "run"}
+    ]
+
+
 def test_enqueue_with_a_dedupe_key_returns_the_unfinished_job_again(sqlite_url):
     first = sqlq("--db", sqlite_url, "enqueue", "report", "--dedupe-key", "report:2024-06")
 

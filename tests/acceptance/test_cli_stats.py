@@ -45,6 +45,7 @@ def test_stats_json_reports_counts_failure_reasons_and_retention(db_url, known):
     data = json.loads(sqlq("stats", "--json", "--db", db_url).stdout)
 
     assert data["counts"]["by_status"] == {
+        "WAITING": 0,
         "QUEUED": 4, "CLAIMED": 1, "RUNNING": 2, "SUCCEEDED": 4, "FAILED": 4, "CANCELLED": 2,
     }  # fmt: skip
     assert data["counts"]["by_queue"]["emails"] == {
@@ -70,7 +71,8 @@ def test_stats_text_answers_the_five_questions_without_colour_when_piped(db_url,
         assert heading in out
     assert "\033[" not in out
     default_row = next(line.split() for line in out.splitlines() if line.startswith("  default"))
-    assert default_row[1:8] == ["3", "0", "2", "4", "3", "1", "13"]
+    # WAITING first (none), then QUEUED, CLAIMED, RUNNING, SUCCEEDED, FAILED, CANCELLED, total
+    assert default_row[1:9] == ["0", "3", "0", "2", "4", "3", "1", "13"]
 
 
 def test_stats_prometheus_format_exposes_gauges(db_url, known):

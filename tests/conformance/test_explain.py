@@ -83,7 +83,7 @@ def test_stats_show_and_prune_queries_never_scan_a_queue_table_in_full(queue):
 
     offenders = _full_scans(queue.engine, named)
 
-    assert len(named) == 21
+    assert len(named) == 23
     assert offenders == {}
 
 

@@ -426,6 +426,106 @@ def test_a_concurrency_key_held_beyond_its_limit_is_reported(engine, queue):
     assert found[0].detail == "concurrency_key='tenant:1', held=3, limit=2"
 
 
+# ------------------------------------------------------------------ dependencies
+
+
+def parent_and_child(queue, **options):
+    parent = queue.enqueue("parent").id
+    child = queue.enqueue("child", depends_on=[parent], **options).id
+    return parent, child
+
+
+def test_dependency_histories_the_service_writes_pass(queue):
+    parent, child = parent_and_child(queue)
+    doomed_parent, doomed = parent_and_child(queue)
+    queue.enqueue_chain([{"type": "a"}, {"type": "b"}])
+    queue.cancel(doomed_parent)
+    (lease,) = [
+        lease for lease in queue.claim("worker-a", limit=5, start=True) if lease.job_id == parent
+    ]
+    queue.succeed(lease)
+
+    assert queue.get_job(child).status == "QUEUED"
+    assert check(queue) == []
+
+
+def test_a_child_running_before_its_parent_succeeded_is_reported(engine, queue):
+    parent, child = parent_and_child(queue)
+    corrupt(
+        engine,
+        "UPDATE sqlq_jobs SET status = 'QUEUED', pending_parents = 0 WHERE id = :id",
+        id=child,
+    )
+    # Only the child is ready: the parent is held back.
+    corrupt(engine, "UPDATE sqlq_jobs SET run_at = run_at + 3600 WHERE id = :id", id=parent)
+    (lease,) = queue.claim("worker-a", start=True)
+    assert lease.job_id == child
+
+    violations = [v for v in check(queue) if v.invariant == "dependent_ran_after_its_parents"]
+    assert [(v.job_id, str(parent) in v.detail) for v in violations] == [(child, True)]
+
+
+def test_a_child_retried_by_hand_may_run_before_its_parent(queue):
+    parent, child = parent_and_child(queue)
+    queue.cancel(child)
+    queue.retry(child)
+    queue.claim("worker-a", limit=5, start=True)
+
+    assert "dependent_ran_after_its_parents" not in names(check(queue))
+
+
+def test_a_waiting_child_whose_parents_all_succeeded_is_reported_stuck(engine, queue):
+    parent, child = parent_and_child(queue)
+    (lease,) = queue.claim("worker-a", start=True)
+    corrupt(
+        engine,
+        "UPDATE sqlq_jobs SET status = 'SUCCEEDED', finished_at = 1, lease_token = NULL, "
+        "lease_expires_at = NULL WHERE id = :id",
+        id=parent,
+    )
+
+    assert (child, "waiting_job_has_unmet_parents") in {
+        (v.job_id, v.invariant) for v in check(queue)
+    }
+
+
+def test_a_parent_without_its_has_dependents_flag_is_reported(engine, queue):
+    parent, child = parent_and_child(queue)
+    corrupt(engine, "UPDATE sqlq_jobs SET has_dependents = 0 WHERE id = :id", id=parent)
+
+    (violation,) = check(queue)
+    assert (violation.invariant, violation.job_id) == ("parent_is_flagged", parent)
+    assert f"child={child}" in violation.detail
+
+
+def test_a_waiting_child_with_a_failed_parent_is_reported(engine, queue):
+    parent, child = parent_and_child(queue)
+    corrupt(
+        engine, "UPDATE sqlq_jobs SET status = 'FAILED', finished_at = 1 WHERE id = :id", id=parent
+    )
+
+    assert (child, "waiting_job_has_no_failed_parent") in {
+        (v.job_id, v.invariant) for v in check(queue)
+    }
+
+
+def test_a_waiting_child_with_a_failed_parent_is_fine_under_the_run_policy(engine, queue):
+    parent, child = parent_and_child(queue, on_parent_failure="run")
+    second = queue.enqueue("second").id
+    corrupt(
+        engine,
+        "INSERT INTO sqlq_job_dependencies (on_parent_failure, job_id, depends_on_id) "
+        "VALUES ('run', :c, :p)",
+        c=child,
+        p=second,
+    )
+    corrupt(
+        engine, "UPDATE sqlq_jobs SET status = 'FAILED', finished_at = 1 WHERE id = :id", id=parent
+    )
+
+    assert names(check(queue), child) == set()
+
+
 def test_every_invariant_has_a_test_that_breaks_it():
     tested = {
         "concurrency_limit_respected",
@@ -444,6 +544,10 @@ def test_every_invariant_has_a_test_that_breaks_it():
         "no_orphan_events",
         "one_job_per_schedule_slot",
         "schedule_slots_move_forward",
+        "dependent_ran_after_its_parents",
+        "waiting_job_has_unmet_parents",
+        "waiting_job_has_no_failed_parent",
+        "parent_is_flagged",
     }
     assert tested == set(INVARIANTS)
 

@@ -156,6 +156,7 @@ def test_counts_by_status_queue_and_type_match_the_fixture(queue, known):
     counts = queue.stats().counts
 
     assert counts.by_status == {
+        "WAITING": 0,
         "QUEUED": 4, "CLAIMED": 1, "RUNNING": 2, "SUCCEEDED": 4, "FAILED": 4, "CANCELLED": 2,
     }  # fmt: skip
     assert counts.total == 17
@@ -168,6 +169,17 @@ def test_counts_by_status_queue_and_type_match_the_fixture(queue, known):
         "resize": {"QUEUED": 3, "RUNNING": 1, "SUCCEEDED": 4, "CANCELLED": 1},
         "send": {"QUEUED": 1, "CLAIMED": 1, "FAILED": 1, "CANCELLED": 1},
     }
+
+
+def test_jobs_waiting_for_their_parents_are_counted_apart(queue, clock):
+    parent = queue.enqueue("fetch", queue="emails").id
+    queue.enqueue("report", queue="emails", depends_on=[parent])
+
+    counts = queue.stats().counts
+
+    assert (counts.by_status["WAITING"], counts.by_status["QUEUED"]) == (1, 1)
+    assert counts.by_queue == {"emails": {"QUEUED": 1, "WAITING": 1}}
+    assert queue.counts_by_status()["WAITING"] == 1
 
 
 def test_queue_latency_is_the_age_of_the_oldest_ready_job_per_queue(queue, known):

@@ -1,7 +1,7 @@
 """Property test: random sequences of queue operations against a model of the state machine.
 
-Hypothesis drives enqueue, claim (started or not), start, heartbeat, succeed (one or
-a batch), fail
+Hypothesis drives enqueue (with or without parents: ``depends_on`` under either
+policy), claim (started or not), start, heartbeat, succeed (one or a batch), fail
 (retryable or not), release, sweep, cancel, retry and clock moves against the real
 service on a real database, and against :class:`Model`, a few lines of plain Python
 that say what each call must do. After every step:
@@ -83,6 +83,9 @@ class ModelJob:
     lease: int | None = None  # number of the lease that currently holds it
     lease_expires_at: int | None = None
     deadline_at: int | None = None
+    parents: tuple[int, ...] = ()
+    policy: str = "cancel"
+    pending_parents: int = 0
 
 
 @dataclass
@@ -140,7 +143,40 @@ class Model:
             job.status = JobStatus.QUEUED
         else:
             job.status = JobStatus.FAILED
+            self.parents_ended([job.id], JobStatus.FAILED)
         return job.status
+
+    # -- dependencies: what a parent's end does to the jobs waiting for it
+
+    def enqueue_child(self, job: ModelJob) -> None:
+        statuses = [self.jobs[p].status for p in job.parents]
+        failed = {JobStatus.FAILED, JobStatus.CANCELLED}
+        if job.policy == "cancel" and any(s in failed for s in statuses):
+            job.status = JobStatus.CANCELLED
+            return
+        unmet = TERMINAL if job.policy == "run" else {JobStatus.SUCCEEDED}
+        job.pending_parents = sum(1 for s in statuses if s not in unmet)
+        if job.pending_parents:
+            job.status = JobStatus.WAITING
+
+    def parents_ended(self, ended: list[int], outcome: JobStatus) -> None:
+        cancelled = []
+        for child in self.jobs.values():
+            if child.status is not JobStatus.WAITING:
+                continue
+            from_ended = [p for p in child.parents if p in ended]
+            if not from_ended:
+                continue
+            if outcome is not JobStatus.SUCCEEDED and child.policy == "cancel":
+                child.status = JobStatus.CANCELLED
+                cancelled.append(child.id)
+                continue
+            child.pending_parents = max(0, child.pending_parents - len(from_ended))
+            if child.pending_parents == 0:
+                child.status = JobStatus.QUEUED
+                child.run_at = max(child.run_at, self.now)
+        if cancelled:
+            self.parents_ended(cancelled, JobStatus.CANCELLED)
 
 
 def make_machine(engine, clock: PinnedClock):
@@ -156,7 +192,7 @@ def make_machine(engine, clock: PinnedClock):
         def __init__(self) -> None:
             super().__init__()
             with engine.begin() as connection:
-                for table in (tables.events, tables.attempts, tables.jobs):
+                for table in (tables.dependencies, tables.events, tables.attempts, tables.jobs):
                     connection.execute(delete(table))
             clock.set(PINNED_START)
             self.model = Model(now=PINNED_START)
@@ -182,6 +218,22 @@ def make_machine(engine, clock: PinnedClock):
             self.model.jobs[job_id] = ModelJob(
                 job_id, priority, self.model.now + delay, max_retries, max_runtime
             )
+            return job_id
+
+        @rule(
+            target=jobs,
+            parents=st.lists(jobs, min_size=1, max_size=3, unique=True),
+            policy=st.sampled_from(["cancel", "cancel", "run"]),
+        )
+        def enqueue_child(self, parents, policy):
+            job_id = queue.enqueue(
+                "t", {"n": len(self.model.jobs)}, depends_on=parents, on_parent_failure=policy
+            ).id
+            job = ModelJob(
+                job_id, 0, self.model.now, 1, None, parents=tuple(parents), policy=policy
+            )
+            self.model.jobs[job_id] = job
+            self.model.enqueue_child(job)
             return job_id
 
         @rule(target=leases, limit=st.integers(1, 3), start=st.booleans())
@@ -234,6 +286,7 @@ def make_machine(engine, clock: PinnedClock):
                 queue.succeed(held.lease)
                 self.model.drop_lease(job)
                 job.status = JobStatus.SUCCEEDED
+                self.model.parents_ended([job.id], JobStatus.SUCCEEDED)
             else:
                 with pytest.raises(LeaseLost):
                     queue.succeed(held.lease)
@@ -246,13 +299,16 @@ def make_machine(engine, clock: PinnedClock):
                 return
             lost = queue.succeed_many([held.lease for held in batch])
             expected_lost = set()
+            succeeded = []
             for held in batch:
                 job = self.model.jobs[held.lease.job_id]
                 if self.model.holds(held) and job.status is JobStatus.RUNNING:
                     self.model.drop_lease(job)
                     job.status = JobStatus.SUCCEEDED
+                    succeeded.append(job.id)
                 else:
                     expected_lost.add(held.lease.job_id)
+            self.model.parents_ended(succeeded, JobStatus.SUCCEEDED)
             assert {lease.job_id for lease in lost} == expected_lost
 
         @rule(held=leases, retryable=st.booleans())
@@ -289,6 +345,7 @@ def make_machine(engine, clock: PinnedClock):
                 queue.cancel(job_id)
                 self.model.drop_lease(job)
                 job.status = JobStatus.CANCELLED
+                self.model.parents_ended([job_id], JobStatus.CANCELLED)
 
         @rule(job_id=jobs)
         def retry(self, job_id):
@@ -344,6 +401,7 @@ def make_machine(engine, clock: PinnedClock):
                         j.run_at,
                         j.lease_expires_at,
                         j.deadline_at,
+                        j.pending_parents,
                     )  # fmt: skip
                 ).all()
             actual = {row.id: tuple(row)[1:] for row in rows}
@@ -355,6 +413,7 @@ def make_machine(engine, clock: PinnedClock):
                     job.run_at,
                     job.lease_expires_at,
                     job.deadline_at,
+                    job.pending_parents,
                 )
                 for job in self.model.jobs.values()
             }

@@ -193,3 +193,34 @@ def test_a_read_only_dashboard_offers_no_actions_and_refuses_them(serve, page, q
     assert response.status == 403
     assert "actions are disabled" in page.locator("#error").inner_text()
     assert status_of(queue, jobs.failed) == JobStatus.FAILED
+
+
+def test_the_dependencies_page_shows_what_each_waiting_job_waits_on(serve, page, queue):
+    fetch = queue.enqueue("fetch").id
+    done = queue.enqueue("warm_cache").id
+    (lease,) = [lease for lease in queue.claim("w-1", limit=2, start=True) if lease.job_id == done]
+    queue.succeed(lease)
+    report = queue.enqueue("report", depends_on=[fetch, done]).id
+    audit = queue.enqueue("audit", depends_on=[fetch], on_parent_failure="run").id
+    served = serve()
+    name = backend(queue)
+
+    page.goto(served.url + "/dependencies")
+    assert page.locator("h1").inner_text() == "Dependencies"
+    rows = page.locator("#waiting tbody tr")
+    assert rows.count() == 2
+    first = rows.first.inner_text()
+    assert str(report) in first and f"{fetch} fetch" in first and f"{done} warm_cache" in first
+    assert "(runs anyway)" in rows.nth(1).inner_text()
+    screenshot(page, f"dependencies-{name}")
+
+    rows.first.locator("a").first.click()
+    assert page.locator("#job-status").inner_text() == "WAITING"
+    parents = page.locator("#parents tbody tr")
+    assert [parents.nth(i).locator("td").first.inner_text() for i in range(2)] == [
+        str(fetch), str(done),
+    ]  # fmt: skip
+    parents.first.locator("a").click()
+    children = page.locator("#children").inner_text()
+    assert str(report) in children and str(audit) in children and "run" in children
+    screenshot(page, f"job-with-children-{name}")

@@ -22,8 +22,16 @@ from sqlalchemy import MetaData, func, select
 from sqlalchemy.orm import DeclarativeBase
 
 import sqlq_orm
-from sqlq_orm import JobAttemptMixin, JobEventMixin, JobMixin, ScheduleMixin, WorkerMixin
-from sqlq_orm.schema.models import Job, JobAttempt, JobEvent
+from sqlq_orm import (
+    JobAttemptMixin,
+    JobDependencyMixin,
+    JobEventMixin,
+    JobMixin,
+    ScheduleMixin,
+    WorkerMixin,
+)
+from sqlq_orm.db.tables import Models
+from sqlq_orm.schema.models import Job, JobAttempt, JobEvent, WorkerRecord
 from tests.support.faultkit import drop_index_sql, is_mysql
 from tests.support.old_rows import seed_0001_history
 
@@ -143,9 +151,12 @@ def make_host_project(
 
 
 def seed_history(url: str) -> None:
-    """Three jobs, two of them run to success: 3 jobs, 2 attempts, 9 events."""
+    """Three jobs, two of them run to success: 3 jobs, 2 attempts, 9 events.
+
+    Through sqlq_0001's tables only, so it also seeds a database at that revision."""
     engine = sqlq_orm.create_engine(url)
-    queue = sqlq_orm.Queue(engine, clock=sqlq_orm.PinnedClock(1_700_000_000))
+    tables_0001 = Models(job=Job, attempt=JobAttempt, event=JobEvent, worker=WorkerRecord)
+    queue = sqlq_orm.Queue(engine, clock=sqlq_orm.PinnedClock(1_700_000_000), models=tables_0001)
     for n in range(3):
         queue.enqueue("send_invoice", {"invoice": n})
     for lease in queue.claim("worker-1", limit=2):
@@ -296,7 +307,8 @@ def downgrade():
 """.replace("{newest}", max(sqlq_orm.migrate.newest_revisions()))
 
 SQLQ_TABLES = set(sqlq_orm.Base.metadata.tables)
-SQLQ_0001_TABLES = SQLQ_TABLES - {"sqlq_schedules"}  # sqlq_0002 adds the schedules
+# sqlq_0002 adds the schedules, sqlq_0003 the dependencies
+SQLQ_0001_TABLES = SQLQ_TABLES - {"sqlq_schedules", "sqlq_job_dependencies"}
 
 
 def host_tables(url: str) -> set[str]:
@@ -402,6 +414,7 @@ def bind_mixins(base: type) -> MetaData:
         "JobEvent": JobEventMixin,
         "Worker": WorkerMixin,
         "Schedule": ScheduleMixin,
+        "JobDependency": JobDependencyMixin,
     }
     for name, mixin in mixins.items():
         type(name, (mixin, base), {"__module__": __name__})
@@ -565,7 +578,14 @@ BRANCH_MODELS = """
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from sqlq_orm import JobAttemptMixin, JobEventMixin, JobMixin, ScheduleMixin, WorkerMixin
+from sqlq_orm import (
+    JobAttemptMixin,
+    JobDependencyMixin,
+    JobEventMixin,
+    JobMixin,
+    ScheduleMixin,
+    WorkerMixin,
+)
 
 
 class Base(DeclarativeBase):
@@ -596,6 +616,10 @@ class Worker(WorkerMixin, Base):
 
 
 class Schedule(ScheduleMixin, Base):
+    pass
+
+
+class JobDependency(JobDependencyMixin, Base):
     pass
 """
 

@@ -29,7 +29,13 @@ from sqlalchemy.engine import Connection, Engine
 GIVE_UP_SECONDS = 30.0
 """How long a helper waits for something that should happen at once (a hang guard)."""
 
-SQLQ_TABLES = ("sqlq_jobs", "sqlq_job_attempts", "sqlq_job_events", "sqlq_workers")
+SQLQ_TABLES = (
+    "sqlq_jobs",
+    "sqlq_job_attempts",
+    "sqlq_job_events",
+    "sqlq_workers",
+    "sqlq_job_dependencies",
+)
 
 UPDATE_JOBS_SET = r"UPDATE sqlq_jobs (?:FORCE INDEX \(PRIMARY\) )?SET"
 """Pattern of the queue's updates of the jobs table (MySQL names the index it reads)."""

@@ -12,6 +12,7 @@ from sqlq_orm.schema.states import (
     ANNOTATIONS,
     HELD,
     INITIAL_EVENT,
+    INITIAL_STATUSES,
     TERMINAL,
     TRANSITIONS,
     Event,
@@ -20,7 +21,7 @@ from sqlq_orm.schema.states import (
     is_allowed,
 )
 
-Q, C, R = JobStatus.QUEUED, JobStatus.CLAIMED, JobStatus.RUNNING
+W, Q, C, R = JobStatus.WAITING, JobStatus.QUEUED, JobStatus.CLAIMED, JobStatus.RUNNING
 S, F, X = JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED
 
 # (status the job is in, event) -> status it moves to; None: written, but moves nothing.
@@ -34,6 +35,8 @@ SPEC: dict[tuple[JobStatus, Event], JobStatus | None] = {
     (R, Event.RETRY_SCHEDULED): Q,
     (C, Event.RELEASED): Q,
     (R, Event.RELEASED): Q,
+    (W, Event.DEPENDENCIES_MET): Q,
+    (W, Event.CANCELLED): X,
     (Q, Event.CANCELLED): X,
     (C, Event.CANCELLED): X,
     (R, Event.CANCELLED): X,
@@ -78,15 +81,34 @@ def test_enqueued_is_never_allowed_on_an_existing_job():
 
 @pytest.mark.parametrize(
     ("source", "targets"),
-    [(Q, {C, X}), (C, {R, F, Q, X}), (R, {S, F, Q, X}), (S, set()), (F, {Q}), (X, {Q})],
+    [
+        (W, {Q, X}),
+        (Q, {C, X}),
+        (C, {R, F, Q, X}),
+        (R, {S, F, Q, X}),
+        (S, set()),
+        (F, {Q}),
+        (X, {Q}),
+    ],
 )
 def test_allowed_targets_of_each_status(source, targets):
     assert allowed_targets(source) == targets
 
 
 def test_status_groups_partition_the_statuses():
-    assert {C, R} == HELD and {S, F, X} == TERMINAL and {Q, C, R} == ACTIVE
+    assert {C, R} == HELD and {S, F, X} == TERMINAL and {W, Q, C, R} == ACTIVE
     assert set(JobStatus) == ACTIVE | TERMINAL and not ACTIVE & TERMINAL
+
+
+def test_enqueued_creates_a_job_queued_or_waiting_for_its_parents():
+    assert {Q, W} == INITIAL_STATUSES
+
+
+def test_a_waiting_job_is_never_claimed_and_only_its_parents_queue_it():
+    assert not is_allowed(W, Event.CLAIMED)
+    assert [t.event for t in TRANSITIONS.values() if W in t.sources and t.target is Q] == [
+        Event.DEPENDENCIES_MET
+    ]
 
 
 def test_a_succeeded_job_can_never_move_again():

@@ -17,11 +17,12 @@ from sqlalchemy import (
 )
 
 from sqlq_orm.db.statements.base import HELD_VALUES, lease_cleared, status_in
+from sqlq_orm.db.statements.dependencies import DependencyStatements
 from sqlq_orm.db.statements.history import HistoryStatements
 from sqlq_orm.schema.states import AttemptStatus, JobStatus
 
 
-class LeasesStatements(HistoryStatements):
+class LeasesStatements(HistoryStatements, DependencyStatements):
     """Calls under a lease: start, heartbeat, finish, fail, release; attempt rows."""
 
     def _build_leases(self) -> None:
@@ -81,7 +82,8 @@ class LeasesStatements(HistoryStatements):
 
         # -- finish (each guarded by token and the status the caller saw) ------------
         seen = j.status == bindparam("p_status")
-        self.succeed = (
+        # RETURNING id (and has_dependents): a row back means the guard matched.
+        self.succeed = self.returning_update(
             self.update_by_id(jobs)
             .where(guard, j.status == JobStatus.RUNNING.value)
             .values(
@@ -91,7 +93,9 @@ class LeasesStatements(HistoryStatements):
                 error_code=None,
                 error_detail=None,
                 **lease_cleared(),
-            )
+            ),
+            [j.id, *self.dependents_flag()],
+            by_id=True,
         )
         # succeed_many: the same guard for a whole batch, one (id, token) pair per
         # lease; RETURNING names the jobs whose guard still matched. "id IN" as well,
@@ -111,7 +115,9 @@ class LeasesStatements(HistoryStatements):
                 error_detail=None,
                 **lease_cleared(),
             ),
-            [j.id, j.attempt_count, j.claimed_by],
+            # has_dependents (where the models have dependencies): whether any job
+            # waits for this one, so only a batch with children looks for them.
+            [j.id, j.attempt_count, j.claimed_by, *self.dependents_flag()],
         )
         # The same with the attempt closes and events in the statement, where allowed.
         self.succeed_batch_with_history = (

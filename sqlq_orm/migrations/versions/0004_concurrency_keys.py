@@ -1,7 +1,7 @@
 """Concurrency keys: at most N jobs sharing a key are CLAIMED or RUNNING at once.
 
 Revision ID: sqlq_0004
-Revises: sqlq_0002
+Revises: sqlq_0003
 Create Date: 2026-11-23
 
 Two nullable columns on the job table (existing jobs get neither, so no limit), the
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "sqlq_0004"
-down_revision: str | Sequence[str] | None = "sqlq_0002"
+down_revision: str | Sequence[str] | None = "sqlq_0003"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -27,6 +27,7 @@ _COLOURS = {
     "bold": "\033[1m",
 }
 _STATUS_COLOUR = {
+    "WAITING": "dim",
     "QUEUED": "blue",
     "CLAIMED": "yellow",
     "RUNNING": "yellow",

@@ -94,6 +94,14 @@ def render_timeline_text(timeline: JobTimeline, *, color: bool = False) -> str:
             f"lease {lease}"
         )
     parts = ["\n".join(lines)]
+    for title, related in (("parents", timeline.parents), ("children", timeline.children)):
+        if related:
+            rows = [[r.id, r.type, paint.status(r.status), r.on_parent_failure] for r in related]
+            parts.append(
+                paint(title, "bold")
+                + "\n"
+                + table(["ID", "TYPE", "STATUS", "ON PARENT FAILURE"], rows, right=(0,))
+            )
     if timeline.attempts:
         rows = [
             [

@@ -1,0 +1,320 @@
+"""Job dependencies: a job that waits for its parents (``depends_on``).
+
+A child whose parents have not all SUCCEEDED is created WAITING, with an edge per
+parent in the dependencies table and ``pending_parents`` counting the parents it still
+needs. Every path that ends a job (succeed, a final fail, the sweeper, cancel) calls
+:meth:`Dependencies._parents_ended` in its own transaction: each child is locked (in
+id order), then either counted down, and queued with a DEPENDENCIES_MET event when
+nothing is left, or, when a parent ended FAILED or CANCELLED and the child's policy is
+``cancel``, cancelled with ``DEPENDENCY:FAILED`` and a CANCELLED event naming the parent;
+its own children follow in the same transaction.
+
+The graph has no cycles: a parent must exist before its child is enqueued, and a job's
+parents never change afterwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.engine import Connection
+from sqlalchemy.orm import Session
+
+from sqlq_orm.core import validation
+from sqlq_orm.db.statements.dependencies import POLICIES
+from sqlq_orm.errors import InvalidInput
+from sqlq_orm.ops.timeline import RelatedJob, TimelineQueries
+from sqlq_orm.queue.core import SYSTEM_ACTOR, QueueCore, retry_if_rolled_back
+from sqlq_orm.queue.types import JobSpec
+from sqlq_orm.schema.states import TERMINAL, Event, JobStatus
+
+MAX_PARENTS = 1000
+"""How many parents one job may name."""
+
+_FAILED_ENDS = frozenset({JobStatus.FAILED, JobStatus.CANCELLED})
+
+
+def parent_ids(depends_on: object) -> tuple[int, ...]:
+    """Check ``depends_on`` (job ids); return them, distinct, in the order given."""
+    if depends_on is None:
+        return ()
+    if isinstance(depends_on, (str, bytes, int)) or not isinstance(depends_on, Iterable):
+        raise InvalidInput(f"depends_on must be a list of job ids, got {depends_on!r}")
+    ids: dict[int, None] = {}
+    for value in depends_on:
+        ids[validation.require_int("depends_on id", value, minimum=1)] = None
+    if len(ids) > MAX_PARENTS:
+        raise InvalidInput(f"depends_on names {len(ids)} jobs; the limit is {MAX_PARENTS}")
+    return tuple(ids)
+
+
+def parent_failure_policy(value: object) -> str:
+    """Check ``on_parent_failure``: ``"cancel"`` or ``"run"``."""
+    if value not in POLICIES:
+        raise InvalidInput(f"on_parent_failure must be one of {list(POLICIES)}, got {value!r}")
+    return str(value)
+
+
+@dataclass(frozen=True)
+class ParentPlan:
+    """What a new child's parents mean for it, read under their locks."""
+
+    parents: tuple[int, ...]
+    policy: str
+    pending: int
+    """Parents not yet SUCCEEDED (``cancel``) or not yet finished (``run``)."""
+    failed_parent: tuple[int, str] | None
+    """(id, status) of a parent that already ended FAILED/CANCELLED, under ``cancel``."""
+
+
+class Dependencies(QueueCore):
+    """Parents and children: enqueue helpers, and what a parent's end does to children."""
+
+    # ---------------------------------------------------------------- enqueue side
+
+    def _dependency_request(
+        self, depends_on: object, on_parent_failure: object
+    ) -> tuple[tuple[int, ...], str] | None:
+        """Validate ``depends_on``/``on_parent_failure``; None when there are no parents."""
+        policy = parent_failure_policy(on_parent_failure)
+        ids = parent_ids(depends_on)
+        if not ids:
+            return None
+        if not self.sql.has_dependencies:
+            raise InvalidInput(
+                "depends_on needs a dependency model: bind JobDependencyMixin and pass it "
+                "as Models(dependency=...)"
+            )
+        return ids, policy
+
+    def _plan_parents(
+        self, connection: Connection, requests: Sequence[tuple[tuple[int, ...], str] | None]
+    ) -> list[ParentPlan | None]:
+        """Lock every parent named in ``requests`` and plan each child; unknown ids raise
+        :class:`~sqlq_orm.errors.InvalidInput` naming them (nothing written yet)."""
+        wanted = sorted({i for request in requests if request for i in request[0]})
+        if not wanted:
+            return [None] * len(requests)
+        params = {"p_ids": wanted}
+        found = {row.id for row in connection.execute(self.sql.lock_parents, params)}
+        missing = [i for i in wanted if i not in found]
+        if missing:
+            raise InvalidInput(f"depends_on names jobs that do not exist: {missing}")
+        connection.execute(self.sql.flag_parents, params)
+        statuses = {
+            row.id: JobStatus(row.status)
+            for row in connection.execute(self.sql.parent_states, params)
+        }
+        plans: list[ParentPlan | None] = []
+        for request in requests:
+            if request is None:
+                plans.append(None)
+                continue
+            ids, policy = request
+            failed = next(
+                ((i, statuses[i].value) for i in ids if statuses[i] in _FAILED_ENDS), None
+            )
+            if policy == "run":
+                pending = sum(1 for i in ids if statuses[i] not in TERMINAL)
+                failed = None
+            else:
+                pending = sum(1 for i in ids if statuses[i] is not JobStatus.SUCCEEDED)
+            plans.append(ParentPlan(ids, policy, pending, failed))
+        return plans
+
+    def _attach_parents(self, connection: Connection, job_id: int, plan: ParentPlan) -> None:
+        """Write a new child's edges, then hold it WAITING or cancel it (after its
+        ENQUEUED event, which the caller has written)."""
+        connection.execute(
+            self.sql.insert_dependency,
+            [{"p_job_id": job_id, "p_parent_id": p, "p_policy": plan.policy} for p in plan.parents],
+        )
+        if plan.failed_parent is not None:
+            parent, status = plan.failed_parent
+            self._cancel_child(connection, job_id, JobStatus.QUEUED, parent, status)
+        elif plan.pending:
+            connection.execute(self.sql.hold_waiting, {"p_id": job_id, "p_pending": plan.pending})
+
+    @retry_if_rolled_back
+    def enqueue_chain(
+        self, jobs: Sequence[JobSpec | Mapping[str, Any]], *, session: Session | None = None
+    ) -> list[int]:
+        """Enqueue ``jobs`` so that each waits for the one before; return their ids.
+
+        One transaction. A spec's own ``depends_on`` is kept, and the previous job is
+        added to it; each job's ``on_parent_failure`` applies to all its parents. A
+        ``dedupe_key`` that matches an unfinished job links the chain to that job.
+        """
+        specs = self._specs(jobs, "enqueue_chain")
+        ids: list[int] = []
+        queues: set[str] = set()
+        with self._write(session) as connection:
+            for spec in specs:
+                extra = (ids[-1],) if ids else ()
+                job_id, queue = self._enqueue_spec(connection, spec, extra)
+                ids.append(job_id)
+                queues.add(queue)
+            self._announce_jobs(connection, queues)
+        self._wake_workers(session, queues)
+        return ids
+
+    @retry_if_rolled_back
+    def enqueue_fan_in(
+        self,
+        parents: Sequence[JobSpec | Mapping[str, Any]],
+        then: JobSpec | Mapping[str, Any],
+        *,
+        session: Session | None = None,
+    ) -> list[int]:
+        """Enqueue ``parents`` and a job ``then`` that waits for all of them.
+
+        One transaction; returns the parents' ids followed by the last job's id.
+        """
+        specs = self._specs(parents, "enqueue_fan_in parents")
+        (last,) = self._specs([then], "enqueue_fan_in then")
+        ids: list[int] = []
+        queues: set[str] = set()
+        with self._write(session) as connection:
+            for spec in specs:
+                job_id, queue = self._enqueue_spec(connection, spec, ())
+                ids.append(job_id)
+                queues.add(queue)
+            job_id, queue = self._enqueue_spec(connection, last, tuple(ids))
+            ids.append(job_id)
+            queues.add(queue)
+            self._announce_jobs(connection, queues)
+        self._wake_workers(session, queues)
+        return ids
+
+    def _specs(self, jobs: Iterable[JobSpec | Mapping[str, Any]], call: str) -> list[JobSpec]:
+        specs = []
+        for index, job in enumerate(jobs):
+            try:
+                specs.append(job if isinstance(job, JobSpec) else JobSpec.from_mapping(job))
+            except TypeError as exc:
+                raise InvalidInput(f"job #{index} of {call}: {exc}") from None
+        if not specs:
+            raise InvalidInput(f"{call} needs at least one job")
+        return specs
+
+    def _enqueue_spec(
+        self, connection: Connection, spec: JobSpec, extra_parents: tuple[int, ...]
+    ) -> tuple[int, str]:
+        """Insert one spec in ``connection``'s transaction with its parents (its own
+        ``depends_on`` and ``extra_parents``); return (id, queue)."""
+        # Enqueueing's helpers (this mixin sits under it in Queue).
+        enqueueing: Any = self
+        params = enqueueing._job_params(
+            spec.type,
+            spec.payload,
+            queue=spec.queue,
+            priority=spec.priority,
+            run_at=spec.run_at,
+            delay=spec.delay,
+            max_retries=spec.max_retries,
+            max_runtime_seconds=spec.max_runtime_seconds,
+            dedupe_key=spec.dedupe_key,
+            payload_ref=spec.payload_ref,
+            concurrency_key=spec.concurrency_key,
+            concurrency_limit=spec.concurrency_limit,
+        )
+        columns = validation.app_columns(dict(spec.columns), self._app_columns)
+        request = self._dependency_request(
+            (*parent_ids(spec.depends_on), *extra_parents), spec.on_parent_failure
+        )
+        (plan,) = self._plan_parents(connection, [request])
+        if plan is not None:
+            params["p_depends_on"] = list(plan.parents)
+        job_id, created = enqueueing._insert_deduplicated(connection, params, columns)
+        if created:
+            self._write_events(connection, [enqueueing._enqueued_event(job_id, params)])
+            if plan is not None:
+                self._attach_parents(connection, job_id, plan)
+        return job_id, spec.queue
+
+    # ---------------------------------------------------------------- end side
+
+    def _parents_ended(
+        self, connection: Connection, ended: Iterable[int], outcome: JobStatus
+    ) -> set[str]:
+        """Count down or cancel the children of jobs that just ended as ``outcome``.
+
+        Runs in the ending transaction. Returns the queues that got a job (for the
+        caller to wake workers after commit; the NOTIFY is sent here).
+        """
+        if not self.sql.has_dependencies:
+            return set()
+        woken: set[str] = set()
+        frontier = sorted(set(ended))
+        while frontier:
+            cancelled = self._release_children(connection, frontier, outcome, woken)
+            frontier, outcome = cancelled, JobStatus.CANCELLED
+        if woken:
+            self._announce_jobs(connection, woken)
+        return woken
+
+    def _release_children(
+        self, connection: Connection, parents: list[int], outcome: JobStatus, woken: set[str]
+    ) -> list[int]:
+        """One level of :meth:`_parents_ended`; returns the children it cancelled."""
+        met: dict[int, list[int]] = {}
+        cancel_by: dict[int, int] = {}
+        for child, parent, policy in connection.execute(self.sql.children_of, {"p_ids": parents}):
+            if outcome in _FAILED_ENDS and policy == "cancel":
+                cancel_by.setdefault(child, parent)
+            else:
+                met.setdefault(child, []).append(parent)
+        children = sorted(set(met) | set(cancel_by))
+        if not children:
+            return []
+        locked = connection.execute(self.sql.lock_children, {"p_ids": children}).all()
+        cancelled: list[int] = []
+        events: list[dict[str, Any]] = []
+        for row in locked:  # WAITING children only, in id order
+            if row.id in cancel_by:
+                self._cancel_child(
+                    connection, row.id, JobStatus.WAITING, cancel_by[row.id], outcome.value
+                )
+                cancelled.append(row.id)
+                continue
+            count = len(met[row.id])
+            connection.execute(self.sql.parents_met, {"p_id": row.id, "p_met": count})
+            if row.pending_parents - count <= 0:
+                events.append(
+                    self._event(
+                        row.id, Event.DEPENDENCIES_MET, SYSTEM_ACTOR, {"parents": met[row.id]}
+                    )
+                )
+                woken.add(row.queue)
+        self._write_events(connection, events)
+        return cancelled
+
+    def _cancel_child(
+        self, connection: Connection, job_id: int, seen: JobStatus, parent: int, status: str
+    ) -> None:
+        """Cancel a child for its parent's end, with the CANCELLED event naming it."""
+        reason = f"parent job {parent} ended {status}"
+        connection.execute(
+            self.sql.cancel_for_dependency,
+            {"p_id": job_id, "p_status": seen.value, "p_detail": reason},
+        )
+        detail = {"was": seen.value, "reason": reason, "parent": parent, "parent_status": status}
+        self._write_events(connection, [self._event(job_id, Event.CANCELLED, SYSTEM_ACTOR, detail)])
+
+    # ---------------------------------------------------------------- reads
+
+    def dependencies_of(self, job_id: int) -> tuple[list[RelatedJob], list[RelatedJob]]:
+        """``(parents, children)`` of a job, each a :class:`RelatedJob`, by id (empty
+        lists for a job without any, or models without a dependency table)."""
+        validation.require_int("job_id", job_id)
+        queries = TimelineQueries(self.tables)
+        found: list[list[RelatedJob]] = []
+        with self.read() as connection:
+            for query in (queries.parents(job_id), queries.children(job_id)):
+                rows = [] if query is None else connection.execute(query).all()
+                found.append(
+                    [RelatedJob(int(r.id), r.type, r.status, r.on_parent_failure) for r in rows]
+                )
+        return found[0], found[1]
