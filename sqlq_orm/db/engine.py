@@ -1,4 +1,5 @@
-"""Engines with sqlq_orm's hooks: :func:`create_engine` and :func:`configure_engine`.
+"""Engines with sqlq_orm's hooks: :func:`create_engine`, :func:`create_async_engine`
+and :func:`configure_engine`.
 
 What a hook does depends on the database (see :mod:`sqlq_orm.db.backends`): on SQLite,
 PRAGMAs on every connection and ``BEGIN IMMEDIATE`` for writes. On every database, a
@@ -13,7 +14,9 @@ import weakref
 from typing import Any
 
 import sqlalchemy
+import sqlalchemy.ext.asyncio
 from sqlalchemy.engine import Engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sqlq_orm.db.backends import find_backend
 from sqlq_orm.errors import InvalidInput, SqlqWarning
@@ -25,6 +28,9 @@ _HOOKED_ATTR = "_sqlq_hooks_installed"
 
 DEFAULT_DRIVERS = {"postgresql": "psycopg", "mysql": "pymysql", "mariadb": "pymysql"}
 """The driver a URL without one gets (SQLAlchemy's own defaults need C libraries)."""
+
+DEFAULT_ASYNC_DRIVERS = {"sqlite": "aiosqlite", "postgresql": "asyncpg"}
+"""The asyncio driver a URL without one gets in :func:`create_async_engine`."""
 
 
 def _install_fork_guard(engine: Engine) -> None:
@@ -106,6 +112,31 @@ def create_engine(
         parsed = parsed.set(drivername=f"{parsed.drivername}+{default_driver}")
     engine = sqlalchemy.create_engine(parsed, **kwargs)
     return configure_engine(engine, busy_timeout_ms=busy_timeout_ms)
+
+
+def create_async_engine(
+    url: str | sqlalchemy.URL,
+    *,
+    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+    **kwargs: Any,
+) -> AsyncEngine:
+    """Create a SQLAlchemy :class:`~sqlalchemy.ext.asyncio.AsyncEngine` with sqlq_orm's
+    hooks installed on its ``sync_engine`` (for :class:`sqlq_orm.AsyncQueue`).
+
+    Keyword arguments go to :func:`sqlalchemy.ext.asyncio.create_async_engine`. A URL
+    with no driver gets aiosqlite for ``sqlite://`` (``sqlq_orm[aiosqlite]``) and
+    asyncpg for ``postgresql://`` (``sqlq_orm[asyncpg]``); ``postgresql+psycopg://``
+    uses psycopg 3's async connection. The hooks are the synchronous engine's (on
+    SQLite the same PRAGMAs and ``BEGIN IMMEDIATE`` for writes): SQLAlchemy runs them
+    through its greenlet bridge on every driver.
+    """
+    parsed = sqlalchemy.make_url(url)
+    default_driver = DEFAULT_ASYNC_DRIVERS.get(parsed.drivername)
+    if default_driver is not None:
+        parsed = parsed.set(drivername=f"{parsed.drivername}+{default_driver}")
+    engine = sqlalchemy.ext.asyncio.create_async_engine(parsed, **kwargs)
+    configure_engine(engine.sync_engine, busy_timeout_ms=busy_timeout_ms)
+    return engine
 
 
 def require_shared_database(engine: Engine, user: str) -> None:
