@@ -168,9 +168,7 @@ class AsyncQueue:
     ) -> list[int]:
         """Enqueue many jobs in one transaction; see :meth:`sqlq_orm.Queue.enqueue_many`."""
         sync_session = _sync_session(session, "enqueue_many")
-        return await self._run(
-            self.sync_queue.enqueue_many, jobs, session=sync_session, **options
-        )
+        return await self._run(self.sync_queue.enqueue_many, jobs, session=sync_session, **options)
 
     # ------------------------------------------------------------------ claiming and leases
 
