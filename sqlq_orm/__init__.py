@@ -48,10 +48,11 @@ from sqlq_orm.schema.mixins import (
 )
 from sqlq_orm.schema.models import Base, Job, JobAttempt, JobEvent, ScheduleRecord, WorkerRecord
 from sqlq_orm.schema.states import AttemptStatus, Event, JobStatus
-from sqlq_orm.worker.handlers import HandlerRegistry, JobContext
+from sqlq_orm.worker.handlers import AsyncJobContext, HandlerRegistry, JobContext
 from sqlq_orm.worker.runtime import Worker, WorkerStats
 
 __all__ = [
+    "AsyncJobContext",
     "AsyncQueue",
     "create_async_engine",
     "AttemptStatus",
