@@ -24,6 +24,8 @@ def make_registry(engine: AsyncEngine) -> sqlq_orm.HandlerRegistry:
     AsyncEngine used only on the worker's event loop)."""
     registry = sqlq_orm.HandlerRegistry()
     sessions = async_sessionmaker(engine)
+    # The engine's connections live on the worker's event loop: close them there.
+    registry.on_loop_shutdown(engine.dispose)
 
     @registry.handler("send_receipt")
     async def send_receipt(ctx: sqlq_orm.AsyncJobContext) -> str:

@@ -29,7 +29,12 @@ _HOOKED_ATTR = "_sqlq_hooks_installed"
 DEFAULT_DRIVERS = {"postgresql": "psycopg", "mysql": "pymysql", "mariadb": "pymysql"}
 """The driver a URL without one gets (SQLAlchemy's own defaults need C libraries)."""
 
-DEFAULT_ASYNC_DRIVERS = {"sqlite": "aiosqlite", "postgresql": "asyncpg"}
+DEFAULT_ASYNC_DRIVERS = {
+    "sqlite": "aiosqlite",
+    "postgresql": "asyncpg",
+    "mysql": "aiomysql",
+    "mariadb": "aiomysql",
+}
 """The asyncio driver a URL without one gets in :func:`create_async_engine`."""
 
 
@@ -124,8 +129,9 @@ def create_async_engine(
     hooks installed on its ``sync_engine`` (for :class:`sqlq_orm.AsyncQueue`).
 
     Keyword arguments go to :func:`sqlalchemy.ext.asyncio.create_async_engine`. A URL
-    with no driver gets aiosqlite for ``sqlite://`` (``sqlq_orm[aiosqlite]``) and
-    asyncpg for ``postgresql://`` (``sqlq_orm[asyncpg]``); ``postgresql+psycopg://``
+    with no driver gets aiosqlite for ``sqlite://`` (``sqlq_orm[aiosqlite]``),
+    asyncpg for ``postgresql://`` (``sqlq_orm[asyncpg]``) and aiomysql for
+    ``mysql://`` and ``mariadb://`` (``sqlq_orm[aiomysql]``); ``postgresql+psycopg://``
     uses psycopg 3's async connection. The hooks are the synchronous engine's (on
     SQLite the same PRAGMAs and ``BEGIN IMMEDIATE`` for writes): SQLAlchemy runs them
     through its greenlet bridge on every driver.

@@ -35,7 +35,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 from sqlq_orm.core.schedule import (
@@ -65,6 +65,7 @@ class HandlerRegistry:
     def __init__(self, handlers: Mapping[str, Handler] | None = None) -> None:
         self._handlers: dict[str, Handler] = {}
         self._coroutines: set[str] = set()
+        self._loop_cleanups: list[Callable[[], Awaitable[Any]]] = []
         self._schedules: dict[str, Schedule] = {}
         for job_type, function in (handlers or {}).items():
             self.register(job_type, function)
@@ -153,6 +154,25 @@ class HandlerRegistry:
     def get(self, job_type: str) -> Handler | None:
         """The handler of ``job_type``, or None if there is none."""
         return self._handlers.get(job_type)
+
+    def on_loop_shutdown(
+        self, cleanup: Callable[[], Awaitable[Any]]
+    ) -> Callable[[], Awaitable[Any]]:
+        """Await ``cleanup()`` on the worker's event loop just before it stops.
+
+        For what ``async def`` handlers keep on that loop between jobs, such as an
+        ``AsyncEngine``'s pooled connections (``await engine.dispose()``): they belong
+        to the loop and cannot be closed once it is gone. Usable as a decorator.
+        """
+        if not callable(cleanup):
+            raise InvalidInput(f"on_loop_shutdown needs a coroutine function, got {cleanup!r}")
+        self._loop_cleanups.append(cleanup)
+        return cleanup
+
+    @property
+    def loop_cleanups(self) -> list[Callable[[], Awaitable[Any]]]:
+        """What :meth:`on_loop_shutdown` registered, in order."""
+        return list(self._loop_cleanups)
 
     def is_coroutine(self, job_type: str) -> bool:
         """Whether ``job_type``'s handler is an ``async def`` (run on the event loop)."""

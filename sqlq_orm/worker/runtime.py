@@ -265,7 +265,7 @@ class Worker:
             worker_id=self.worker_id,
         )
         if self.handlers.has_coroutines:
-            self._loop = HandlerLoop(executor.execute_async)
+            self._loop = HandlerLoop(executor.execute_async, self.handlers.loop_cleanups)
         self._pool = HandlerPool(self.concurrency, executor.execute, tasks=self._loop)
         self._runs.handler_abandoned = self._pool.detach
         # A burst worker leaves once idle: it needs no listener for other processes.

@@ -1,7 +1,7 @@
 """examples/fastapi_app: a FastAPI app that enqueues inside the request's transaction,
 driven through FastAPI's test client, with a real worker running its async handler.
 
-Runs on a SQLite file (aiosqlite) and on PostgreSQL (asyncpg).
+Runs on a SQLite file (aiosqlite), PostgreSQL (asyncpg) and MariaDB (aiomysql).
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import sqlalchemy
 from sqlalchemy import func, select
 
 from sqlq_orm.schema.models import Job
-from tests.support.aio_bridge import async_url
 from tests.support.worker_helpers import running, wait_until
 
 pytest.importorskip("fastapi")
@@ -46,8 +46,10 @@ def _jobs(engine) -> int:
 def test_an_order_and_its_job_commit_together_and_an_async_handler_runs_it(
     example, db_url, engine
 ):
-    async_url(db_url, "async")  # skips where there is no async driver (MariaDB)
-    url = db_url  # the example's create_engine / create_async_engine pick the drivers
+    # No driver in the URL, as a user would write it: create_engine and
+    # create_async_engine each pick theirs (psycopg / asyncpg, PyMySQL / aiomysql).
+    parsed = sqlalchemy.make_url(db_url)
+    url = parsed.set(drivername=parsed.get_backend_name()).render_as_string(hide_password=False)
     worker = example.worker.make_worker(
         url, poll_interval=0.05, install_signal_handlers=False, sweep_interval=None
     )

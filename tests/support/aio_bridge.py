@@ -26,15 +26,15 @@ _T = TypeVar("_T")
 
 RESULT_WAIT_SECONDS = 120.0
 
-ASYNC_DRIVERS = {"sqlite": "aiosqlite", "postgresql": "asyncpg"}
+ASYNC_DRIVERS = {"sqlite": "aiosqlite", "postgresql": "asyncpg", "mysql": "aiomysql"}
 """The async driver each backend's async flavour runs on."""
 
 FLAVOURS = [
     pytest.param("sync", id="sync"),
     pytest.param("async", id="async"),
 ]
-"""The API flavours of the service tests: ``Queue``, and ``AsyncQueue`` on asyncpg or
-aiosqlite."""
+"""The API flavours of the service tests: ``Queue``, and ``AsyncQueue`` on aiosqlite,
+asyncpg or aiomysql."""
 
 PSYCOPG_MODULES = frozenset({"test_service_enqueue", "test_service_fencing"})
 """Service test modules that also run on psycopg 3's async driver (PostgreSQL only)."""

@@ -225,3 +225,24 @@ def test_a_stream_of_async_jobs_never_runs_more_than_the_concurrency(queue, conc
 
     assert stats.succeeded == 60
     assert gauge.most == concurrency
+
+
+def test_loop_clean_ups_run_on_the_handlers_loop_before_it_stops(queue):
+    seen: list[tuple[str, str]] = []
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    async def fetch(ctx: AsyncJobContext) -> None:
+        loops.append(asyncio.get_running_loop())
+
+    registry = HandlerRegistry({"fetch": fetch})
+
+    @registry.on_loop_shutdown
+    async def close_pool() -> None:
+        running = asyncio.get_running_loop()
+        seen.append((threading.current_thread().name, "same loop" if running is loops[0] else "?"))
+
+    queue.enqueue("fetch")
+    Worker(queue, registry, burst=True, **FAST).run()
+
+    assert seen == [("sqlq-handler-loop", "same loop")]
+    assert not loops[0].is_running()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 from sqlq_orm.worker.pool import TaskDone
@@ -35,11 +35,17 @@ class HandlerLoop:
     """An event loop on a daemon thread of its own, running one task per job.
 
     ``execute`` is :meth:`~sqlq_orm.worker.execution.JobExecutor.execute_async`: it
-    awaits the handler and hands the outcome over, and never raises.
+    awaits the handler and hands the outcome over, and never raises. ``cleanups``
+    (``HandlerRegistry.on_loop_shutdown``) are awaited on the loop before it stops.
     """
 
-    def __init__(self, execute: Callable[[JobRun], Coroutine[Any, Any, None]]) -> None:
+    def __init__(
+        self,
+        execute: Callable[[JobRun], Coroutine[Any, Any, None]],
+        cleanups: Sequence[Callable[[], Awaitable[Any]]] = (),
+    ) -> None:
         self._execute = execute
+        self._cleanups = list(cleanups)
         self.loop = asyncio.new_event_loop()
         self._tasks: set[asyncio.Task[None]] = set()  # strong references while they run
         self._thread = threading.Thread(target=self._serve, name="sqlq-handler-loop", daemon=True)
@@ -50,16 +56,33 @@ class HandlerLoop:
         self.loop.call_soon_threadsafe(self._start_now, runs, done)
 
     def close(self) -> None:
-        """Stop the loop (tasks still running are left, like stuck threads)."""
-        if self.loop.is_closed():
+        """Stop the loop (tasks still running are left, like stuck threads).
+
+        The loop is stopped, not closed: connections that handlers pooled on it (an
+        ``AsyncEngine`` of the app's) close themselves when they are collected, and
+        on a closed loop that would raise instead.
+        """
+        if not self._thread.is_alive():
             return
+        if self._cleanups:
+            done = asyncio.run_coroutine_threadsafe(self._clean_up(), self.loop)
+            try:
+                done.result(STOP_WAIT_SECONDS)
+            except TimeoutError:
+                log.warning(
+                    "the handlers' loop clean-up did not finish in %.0fs", STOP_WAIT_SECONDS
+                )
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(STOP_WAIT_SECONDS)
         if self._thread.is_alive():
             log.warning("the handler event loop did not stop: a coroutine blocks it")
-            return
-        if not self._tasks:
-            self.loop.close()
+
+    async def _clean_up(self) -> None:
+        for cleanup in self._cleanups:
+            try:
+                await cleanup()
+            except Exception:  # noqa: BLE001 - one failing clean-up must not skip the rest
+                log.exception("loop clean-up %r failed", cleanup)
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self.loop)
