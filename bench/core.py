@@ -265,6 +265,30 @@ def mariadb_reachable(url: str | None) -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def server_databases(config: Config) -> Iterator[dict[str, Callable[[], str]]]:
+    """A throw-away database on each server ``--pg`` / ``--mariadb`` name that answers,
+    all open at once (so a bench can interleave them), as ``{database: fresh_url}``;
+    ``fresh_url()`` empties that database, creates the schema and returns its URL."""
+    servers: list[tuple[str, str | None, Any, Any, Any]] = [
+        ("postgresql", config.pg_url, postgres_reachable, postgres_database, reset_postgres),
+        ("mariadb", config.mariadb_url, mariadb_reachable, mariadb_database, reset_mariadb),
+    ]
+    with contextlib.ExitStack() as stack:
+        fresh_urls: dict[str, Callable[[], str]] = {}
+        for database, admin_url, reachable, throwaway, reset in servers:
+            if not admin_url or reachable(admin_url) is not None:
+                continue
+            url = stack.enter_context(throwaway(admin_url))
+
+            def fresh(url: str = url, reset: Any = reset) -> str:
+                reset(url).dispose()
+                return url
+
+            fresh_urls[database] = fresh
+        yield fresh_urls
+
+
 def on_every_database(
     config: Config, name: str, cases: Callable[[Config, str, Callable[[], str]], list[Result]]
 ) -> list[Result]:
@@ -272,19 +296,8 @@ def on_every_database(
     where ``--pg`` / ``--mariadb`` name a server that answers; ``fresh_url()`` hands
     out an empty database with the schema each time it is called."""
     results = cases(config, "sqlite", lambda: sqlite_url(fresh_sqlite(config, name)[0]))
-    servers: list[tuple[str, str | None, Any, Any, Any]] = [
-        ("postgresql", config.pg_url, postgres_reachable, postgres_database, reset_postgres),
-        ("mariadb", config.mariadb_url, mariadb_reachable, mariadb_database, reset_mariadb),
-    ]
-    for database, admin_url, reachable, throwaway, reset in servers:
-        if not admin_url or reachable(admin_url) is not None:
-            continue
-        with throwaway(admin_url) as url:
-
-            def fresh(url: str = url, reset: Any = reset) -> str:
-                reset(url).dispose()
-                return url
-
+    with server_databases(config) as servers:
+        for database, fresh in servers.items():
             results += cases(config, database, fresh)
     return results
 

@@ -78,6 +78,8 @@ def enqueue(
     max_runtime: int | None = None,
     dedupe_key: str | None = None,
     payload_ref: str | None = None,
+    concurrency_key: str | None = None,
+    concurrency_limit: int | None = None,
     models: str | None = None,
 ) -> int:
     """Add one job; print its id."""
@@ -102,6 +104,8 @@ def enqueue(
         max_runtime_seconds=max_runtime,
         dedupe_key=dedupe_key,
         payload_ref=payload_ref,
+        concurrency_key=concurrency_key,
+        concurrency_limit=concurrency_limit,
     )
     suffix = "" if result.created else f" (already queued with dedupe key {dedupe_key!r})"
     print(f"{result.id}{suffix}")

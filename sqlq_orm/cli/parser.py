@@ -126,6 +126,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-runtime", type=int, metavar="SECONDS", help="end the run after this")
     p.add_argument("--dedupe-key", metavar="KEY", help="no second unfinished job with this key")
     p.add_argument("--payload-ref", metavar="REF", help="pointer to large input kept elsewhere")
+    p.add_argument(
+        "--concurrency-key", metavar="KEY",
+        help="at most --concurrency-limit jobs with this key run at once",
+    )  # fmt: skip
+    p.add_argument(
+        "--concurrency-limit", type=int, metavar="N",
+        help="how many jobs of --concurrency-key may run at once (default 1)",
+    )  # fmt: skip
 
     p = add("worker", worker)
     p.add_argument(

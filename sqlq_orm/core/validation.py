@@ -204,3 +204,21 @@ def app_columns(values: dict[str, Any], allowed: frozenset[str]) -> dict[str, An
             f"columns the app added to its job model (available: {sorted(allowed) or 'none'})"
         )
     return values
+
+
+def concurrency(key: object, limit: object, key_max_length: int) -> tuple[str | None, int | None]:
+    """A concurrency key and its limit: ``(None, None)`` for none, else ``(key, limit)``.
+
+    A key without a limit gets the limit 1 (one job of that key at a time); a limit
+    without a key limits nothing, and is refused rather than silently ignored.
+    """
+    if key is None:
+        if limit is not None:
+            raise InvalidInput(
+                f"concurrency_limit={_short(limit)} needs a concurrency_key to limit"
+            )
+        return None, None
+    name = require_name("concurrency_key", key, key_max_length)
+    if limit is None:
+        return name, 1
+    return name, require_int("concurrency_limit", limit, minimum=1, maximum=INT32_MAX)

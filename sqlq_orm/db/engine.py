@@ -37,6 +37,15 @@ DEFAULT_ASYNC_DRIVERS = {
 }
 """The asyncio driver a URL without one gets in :func:`create_async_engine`."""
 
+DEFAULT_ENGINE_OPTIONS: dict[str, dict[str, Any]] = {
+    # The level the queue's writes need (backends/mysql.py), for every connection at
+    # connect time: no isolation statements per transaction.
+    "mysql": {"isolation_level": "READ COMMITTED"},
+    "mariadb": {"isolation_level": "READ COMMITTED"},
+}
+""":func:`create_engine` (and :func:`create_async_engine`) keyword arguments per
+database, unless the caller passes them."""
+
 
 def _install_fork_guard(engine: Engine) -> None:
     # A pooled connection inherited across fork() is shared with the parent and
@@ -63,11 +72,15 @@ def adopt_engine(engine: Engine) -> None:
     ``SET NULL``), the rollback journal and no busy timeout. The hooks are installed
     here, the connections already pooled without them are dropped, and a
     :class:`~sqlq_orm.errors.SqlqWarning` says to configure the engine at start-up.
+    Elsewhere the hooks are installed quietly: nothing depends on when (MariaDB's set
+    the isolation of the queue's own write transactions as each begins).
     """
     backend = find_backend(engine)
-    if hooks_installed(engine) or backend is None or not backend.needs_hooks:
+    if hooks_installed(engine) or backend is None:
         return
     configure_engine(engine)
+    if not backend.needs_hooks:
+        return  # nothing a pooled connection missed (MariaDB's hooks act per transaction)
     engine.dispose()  # idle connections made before the hooks: the next ones get them
     warnings.warn(
         f"the queue was given a {backend.title} engine without sqlq_orm's connection "
@@ -109,12 +122,15 @@ def create_engine(
     Keyword arguments go to :func:`sqlalchemy.create_engine`. A URL with no driver
     uses the one its extra installs: psycopg 3 for ``postgresql://``
     (``sqlq_orm[postgres]``), PyMySQL for ``mysql://`` and ``mariadb://``
-    (``sqlq_orm[mysql]``).
+    (``sqlq_orm[mysql]``). On MariaDB and MySQL the engine's connections run at READ
+    COMMITTED, the level the queue's writes need, unless ``isolation_level=`` says
+    otherwise (the queue then asks for it per write transaction).
     """
     parsed = sqlalchemy.make_url(url)
     default_driver = DEFAULT_DRIVERS.get(parsed.drivername)
     if default_driver is not None:
         parsed = parsed.set(drivername=f"{parsed.drivername}+{default_driver}")
+    kwargs = {**DEFAULT_ENGINE_OPTIONS.get(parsed.get_backend_name(), {}), **kwargs}
     engine = sqlalchemy.create_engine(parsed, **kwargs)
     return configure_engine(engine, busy_timeout_ms=busy_timeout_ms)
 
@@ -134,12 +150,14 @@ def create_async_engine(
     ``mysql://`` and ``mariadb://`` (``sqlq_orm[aiomysql]``); ``postgresql+psycopg://``
     uses psycopg 3's async connection. The hooks are the synchronous engine's (on
     SQLite the same PRAGMAs and ``BEGIN IMMEDIATE`` for writes): SQLAlchemy runs them
-    through its greenlet bridge on every driver.
+    through its greenlet bridge on every driver, and so are the engine options of
+    :func:`create_engine` (MariaDB at READ COMMITTED).
     """
     parsed = sqlalchemy.make_url(url)
     default_driver = DEFAULT_ASYNC_DRIVERS.get(parsed.drivername)
     if default_driver is not None:
         parsed = parsed.set(drivername=f"{parsed.drivername}+{default_driver}")
+    kwargs = {**DEFAULT_ENGINE_OPTIONS.get(parsed.get_backend_name(), {}), **kwargs}
     engine = sqlalchemy.ext.asyncio.create_async_engine(parsed, **kwargs)
     configure_engine(engine.sync_engine, busy_timeout_ms=busy_timeout_ms)
     return engine

@@ -58,6 +58,9 @@ INVARIANTS: dict[str, str] = {
         "a job's events, replayed from ENQUEUED with the transition table, are each "
         "allowed and end in the job's status"
     ),
+    "concurrency_limit_respected": (
+        "no more jobs sharing a concurrency_key are CLAIMED or RUNNING than their concurrency_limit"
+    ),
     "no_orphan_attempts": "every attempt belongs to an existing job",
     "no_orphan_events": "every event belongs to an existing job",
     "one_job_per_schedule_slot": (
@@ -297,6 +300,20 @@ def _row_checks(jobs: Table, attempts: Table, events: Table) -> list[tuple[str, 
                     ),
                 )
             ),
+        ),
+        (
+            # At most concurrency_limit held jobs per key (the smallest limit among
+            # them, if they disagree); reported on the key's lowest held job id.
+            "concurrency_limit_respected",
+            select(
+                func.min(j.id).label("job_id"),
+                j.concurrency_key,
+                func.count().label("held"),
+                func.min(j.concurrency_limit).label("limit"),
+            )
+            .where(j.concurrency_key.is_not(None), j.status.in_(_HELD))
+            .group_by(j.concurrency_key)
+            .having(func.count() > func.min(j.concurrency_limit)),
         ),
         (
             "no_orphan_attempts",

@@ -59,6 +59,8 @@ class JobView:
     max_runtime_seconds: int | None
     error_code: str | None
     error_detail: str | None
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
     columns: dict[str, Any] = field(default_factory=dict)
     """The job's values for the columns the host app added, by name."""
 

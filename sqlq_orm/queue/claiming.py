@@ -7,13 +7,26 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
+
 from sqlq_orm.core import validation
 from sqlq_orm.core.lease import Lease
+from sqlq_orm.db.statements.concurrency import over_limit
 from sqlq_orm.errors import (
     SqlqError,
 )
-from sqlq_orm.queue.core import QueueCore, retry_if_rolled_back
+from sqlq_orm.queue.core import QueueCore, log, retry_if_rolled_back
 from sqlq_orm.schema.mixins import QUEUE_MAX, WORKER_ID_MAX
+
+_CONCURRENCY_ROUNDS = 5
+"""How often a claim runs again after finding, before commit, that a concurrent claim
+filled its keys (or after the database rolled it back as a deadlock victim); after
+that it returns nothing this time, and the caller polls again."""
+
+
+class _KeyOverLimit(Exception):
+    """A claim's concurrency keys are over their limits: roll it back and claim again."""
 
 
 class Claiming(QueueCore):
@@ -35,7 +48,8 @@ class Claiming(QueueCore):
         lease_seconds`` and a CLAIMED event. With ``start=True`` the jobs go straight to
         RUNNING (attempt opened, STARTED event), saving a round trip per job. Returns
         the leases sorted by job id, or an empty list when nothing is ready. Never claims
-        more than ``limit``, and never hands one job to two claimers.
+        more than ``limit``, and never hands one job to two claimers. Never takes a
+        job whose ``concurrency_key`` already has ``concurrency_limit`` jobs held.
         """
         validation.require_name("worker_id", worker_id, WORKER_ID_MAX)
         queue_names = validation.claim_queues(queues, QUEUE_MAX)
@@ -43,6 +57,24 @@ class Claiming(QueueCore):
         seconds = validation.lease_seconds(
             self.default_lease_seconds if lease_seconds is None else lease_seconds
         )
+        for _ in range(_CONCURRENCY_ROUNDS):
+            try:
+                return self._claim_once(worker_id, queue_names, limit, seconds, start)
+            except _KeyOverLimit as exc:
+                # Rolled back: a concurrent claim took the last places of these keys.
+                log.debug("claim rolled back, concurrency keys over limit: %s", exc)
+            except DBAPIError as exc:
+                # Two claims of one key recounting it (InnoDB's locking read) can each
+                # wait for the other's new rows: the database rolls one back whole. It
+                # claimed nothing, so claim again (any other error goes to the caller).
+                if not self.dialect.is_retryable(exc):
+                    raise
+                log.debug("claim rolled back by the database (%s)", type(exc.orig).__name__)
+        return []
+
+    def _claim_once(
+        self, worker_id: str, queue_names: list[str], limit: int, seconds: int, start: bool
+    ) -> list[Lease]:
         tokens = [secrets.token_urlsafe(24) for _ in range(limit)]
         statement, params = self.sql.claim_for(queue_names, start=start)
         params.update(
@@ -64,6 +96,8 @@ class Claiming(QueueCore):
                     f"claim changed {changed} row(s) but returned {len(rows)} (limit "
                     f"{limit}); rolled back, nothing was claimed"
                 )
+            if self.sql.recheck_concurrency:
+                self._recount_keys(connection, rows)
             leases = [self._lease_from_row(row, worker_id, started=start) for row in rows]
             if not self.sql.history_in_one_statement:  # else the claim wrote them
                 # Attempt rows and events in SQL from the rows just claimed: one
@@ -76,6 +110,23 @@ class Claiming(QueueCore):
                     connection.execute(self.sql.claim_events_of_batch, history)
         leases.sort(key=lambda lease: lease.job_id)
         return leases
+
+    def _recount_keys(self, connection: Connection, rows: Sequence[Any]) -> None:
+        """Count the claimed keys' held jobs again, now that no claim of those keys
+        can be uncommitted (see :mod:`sqlq_orm.db.statements.concurrency`); raise
+        :class:`_KeyOverLimit`, rolling the claim back, if one is over its limit."""
+        keys = sorted({row.concurrency_key for row in rows if row.concurrency_key is not None})
+        if not keys:
+            return
+        if self.sql.lock_concurrency_keys is not None:
+            connection.execute(
+                self.sql.lock_concurrency_keys,
+                {"p_scope": self.sql.concurrency_lock_scope, "p_keys": keys},
+            )
+        held = connection.execute(self.sql.recount_held, {"p_keys": keys}).scalars().all()
+        over = over_limit(rows, held)
+        if over:
+            raise _KeyOverLimit(over)
 
     def _lease_from_row(self, row: Any, worker_id: str, *, started: bool) -> Lease:
         return Lease(

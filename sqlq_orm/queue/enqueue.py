@@ -14,7 +14,7 @@ from sqlq_orm.core import validation
 from sqlq_orm.errors import DedupeConflict, InvalidInput, SqlqError
 from sqlq_orm.queue.core import SYSTEM_ACTOR, QueueCore, retry_if_rolled_back
 from sqlq_orm.queue.types import EnqueuedJob, JobSpec
-from sqlq_orm.schema.mixins import DEDUPE_KEY_MAX, QUEUE_MAX, REF_MAX, TYPE_MAX
+from sqlq_orm.schema.mixins import CONCURRENCY_KEY_MAX, DEDUPE_KEY_MAX, QUEUE_MAX, REF_MAX, TYPE_MAX
 from sqlq_orm.schema.states import Event
 
 _DEDUPE_ROUNDS = 5
@@ -30,6 +30,8 @@ _ARRAY_COLUMNS = (
     "delay",
     "max_retries",
     "max_runtime_seconds",
+    "concurrency_key",
+    "concurrency_limit",
 )
 """The per-job parameters ``insert_jobs_from_arrays`` takes, one array each."""
 
@@ -50,6 +52,8 @@ class Enqueueing(QueueCore):
         max_runtime_seconds: int | None,
         dedupe_key: str | None,
         payload_ref: str | None,
+        concurrency_key: str | None = None,
+        concurrency_limit: int | None = None,
     ) -> dict[str, Any]:
         """Validate one job's arguments; return the parameters of the insert statement."""
         validation.require_name("type", type, TYPE_MAX)
@@ -64,6 +68,7 @@ class Enqueueing(QueueCore):
         )
         validation.optional_name("dedupe_key", dedupe_key, DEDUPE_KEY_MAX)
         validation.optional_name("payload_ref", payload_ref, REF_MAX)
+        key, limit = validation.concurrency(concurrency_key, concurrency_limit, CONCURRENCY_KEY_MAX)
         return {
             "p_queue": queue,
             "p_type": type,
@@ -75,6 +80,8 @@ class Enqueueing(QueueCore):
             "p_delay": delay_seconds,
             "p_max_retries": self.sql.default_max_retries if max_retries is None else max_retries,
             "p_max_runtime_seconds": max_runtime_seconds,
+            "p_concurrency_key": key,
+            "p_concurrency_limit": limit,
         }
 
     @retry_if_rolled_back
@@ -91,6 +98,8 @@ class Enqueueing(QueueCore):
         max_runtime_seconds: int | None = None,
         dedupe_key: str | None = None,
         payload_ref: str | None = None,
+        concurrency_key: str | None = None,
+        concurrency_limit: int | None = None,
         session: Session | None = None,
         **app_columns: Any,
     ) -> EnqueuedJob:
@@ -101,7 +110,9 @@ class Enqueueing(QueueCore):
         ``priority`` runs first. With ``dedupe_key``, while an unfinished job has the
         same key, that job is returned (``created=False``) instead of adding another;
         a key held by a job of another ``type`` or ``queue`` raises
-        :class:`~sqlq_orm.errors.DedupeConflict`.
+        :class:`~sqlq_orm.errors.DedupeConflict`. With ``concurrency_key``, at most
+        ``concurrency_limit`` (default 1) jobs sharing that key are CLAIMED or RUNNING
+        at once; the others wait in QUEUED without holding up other jobs.
         With ``session``, the job is written in the caller's transaction and commits or
         rolls back with it. Extra keyword arguments fill columns a host app added to
         its job model. Bad input raises :class:`~sqlq_orm.errors.InvalidInput` and
@@ -118,6 +129,8 @@ class Enqueueing(QueueCore):
             max_runtime_seconds=max_runtime_seconds,
             dedupe_key=dedupe_key,
             payload_ref=payload_ref,
+            concurrency_key=concurrency_key,
+            concurrency_limit=concurrency_limit,
         )
         validation.app_columns(app_columns, self._app_columns)
         with self._write(session) as connection:
@@ -215,6 +228,8 @@ class Enqueueing(QueueCore):
                     max_runtime_seconds=spec.max_runtime_seconds,
                     dedupe_key=spec.dedupe_key,
                     payload_ref=spec.payload_ref,
+                    concurrency_key=spec.concurrency_key,
+                    concurrency_limit=spec.concurrency_limit,
                 )
                 columns = validation.app_columns(dict(spec.columns), self._app_columns)
             except (InvalidInput, TypeError) as exc:

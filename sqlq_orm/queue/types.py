@@ -32,6 +32,8 @@ class JobSpec:
     max_runtime_seconds: int | None = None
     payload_ref: str | None = None
     dedupe_key: str | None = None
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
     columns: Mapping[str, Any] = field(default_factory=dict)
     """Values for columns the host app added to its job model."""
 

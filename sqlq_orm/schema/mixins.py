@@ -58,6 +58,7 @@ ERROR_CODE_MAX = 100
 ERROR_DETAIL_MAX = 500
 REF_MAX = 1000
 DEDUPE_KEY_MAX = 255
+CONCURRENCY_KEY_MAX = 255
 
 
 MYSQL_TABLE_OPTIONS: dict[str, str] = {
@@ -82,7 +83,8 @@ JOB_MIXIN_COLUMNS = frozenset(
         "result_ref", "dedupe_key", "created_at", "run_at", "claimed_at", "started_at",
         "heartbeat_at", "lease_expires_at", "deadline_at", "finished_at", "claimed_by",
         "lease_token", "attempt_count", "retry_count", "max_retries",
-        "max_runtime_seconds", "error_code", "error_detail",
+        "max_runtime_seconds", "error_code", "error_detail", "concurrency_key",
+        "concurrency_limit",
     }
 )  # fmt: skip
 """The columns :class:`JobMixin` defines; any other column of a job table is the app's."""
@@ -131,6 +133,11 @@ class JobMixin:
 
     error_code: Mapped[str | None] = mapped_column(String(ERROR_CODE_MAX))
     error_detail: Mapped[str | None] = mapped_column(String(ERROR_DETAIL_MAX))
+    # Last, as sqlq_0004 added them (a rebuilt SQLite table keeps this order).
+    # At most concurrency_limit jobs sharing concurrency_key are CLAIMED or RUNNING
+    # at once (enforced by the claim; both NULL for a job without a limit).
+    concurrency_key: Mapped[str | None] = mapped_column(String(CONCURRENCY_KEY_MAX))
+    concurrency_limit: Mapped[int | None] = mapped_column(Integer)
 
     @declared_attr
     def attempts(cls) -> Mapped[list[Any]]:
@@ -183,6 +190,11 @@ class JobMixin:
                 f"NOT ({_in('status', TERMINAL)}) OR finished_at IS NOT NULL",
                 name=conv(f"ck_{t}_terminal_has_finished"),
             ),
+            CheckConstraint(
+                "(concurrency_key IS NULL AND concurrency_limit IS NULL)"
+                " OR (concurrency_key IS NOT NULL AND concurrency_limit >= 1)",
+                name=conv(f"ck_{t}_concurrency_limit_with_key"),
+            ),
             # claim: WHERE queue = ? AND status = 'QUEUED' AND run_at <= now
             #        ORDER BY priority DESC, run_at, id
             # DESC on a column, not text("priority DESC"): on SQLite, Alembic's
@@ -207,6 +219,16 @@ class JobMixin:
             Index(conv(f"ix_{t}_finished"), "status", "finished_at"),
             # per-type stats: GROUP BY type, status
             Index(conv(f"ix_{t}_type_status"), "type", "status"),
+            # the claim's concurrency check: count jobs WHERE concurrency_key = ? AND
+            # status IN (held). Partial where the database allows: jobs without a key
+            # (most of them) cost this index nothing.
+            Index(
+                conv(f"ix_{t}_concurrency"),
+                "concurrency_key",
+                "status",
+                sqlite_where=text("concurrency_key IS NOT NULL"),
+                postgresql_where=text("concurrency_key IS NOT NULL"),
+            ),
             # idempotent enqueue: one unfinished job per dedupe key
             Index(
                 conv(f"uq_{t}_dedupe_active"),

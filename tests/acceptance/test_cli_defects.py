@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 
 FUTURE_REVISION = "sqlq_9999"
 """A revision no version of this code knows: the database was migrated by a newer sqlq."""
-NEWEST_KNOWN = "sqlq_0002"
+NEWEST_KNOWN = "sqlq_0004"
 TOO_BIG_ID = "99999999999999999999"
 """Larger than any 64-bit integer a database can store."""
 

@@ -410,8 +410,25 @@ def test_a_schedule_whose_last_slot_is_not_before_its_next_is_reported(engine, q
     assert "schedule 'tick'" in violation.detail
 
 
+def test_a_concurrency_key_held_beyond_its_limit_is_reported(engine, queue):
+    for _ in range(3):
+        queue.enqueue("t", concurrency_key="tenant:1", concurrency_limit=2)
+    queue.claim("worker-a", limit=3)
+    assert check(queue) == []
+    corrupt(
+        engine,
+        "UPDATE sqlq_jobs SET status = 'CLAIMED', claimed_by = 'worker-z', lease_token = 'z',"
+        " lease_expires_at = 0 WHERE status = 'QUEUED'",
+    )
+
+    found = [v for v in check(queue) if v.invariant == "concurrency_limit_respected"]
+    assert len(found) == 1
+    assert found[0].detail == "concurrency_key='tenant:1', held=3, limit=2"
+
+
 def test_every_invariant_has_a_test_that_breaks_it():
     tested = {
+        "concurrency_limit_respected",
         "foreign_keys_hold",
         "held_job_has_lease",
         "lease_only_while_held",

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from sqlq_orm import LeaseLost, Queue, RetryPolicy
+from tests.support.faultkit import lock_waiters
 from tests.support.queue_helpers import (
     assert_histories_are_legal,
     attempt_rows,
-    backends_waiting_for_a_lock,
     count_events,
     event_names,
     is_sqlite,
@@ -68,7 +68,8 @@ def _wait_until_blocked(engine, seen: list[str], what: str) -> None:
         # Its BEGIN IMMEDIATE waits for the write lock held by the paused call.
         wait_for(lambda: any(s.startswith("BEGIN") for s in seen), what)
     else:
-        wait_for(lambda: backends_waiting_for_a_lock(engine) >= 1, what)
+        with engine.connect() as connection:
+            wait_for(lambda: lock_waiters(connection) >= 1, what)
 
 
 @pytest.fixture
@@ -135,11 +136,6 @@ def test_sweep_works_in_batches_and_returns_counts(queue, engine, clock):
 
 
 def test_sweep_that_reads_first_wins_and_the_late_finish_is_rejected(db_url, engine, clock):
-    if engine.dialect.name in ("mysql", "mariadb"):
-        pytest.skip(
-            "flaky on MariaDB: the waiting UPDATE at times shows in PROCESSLIST but not in "
-            "INNODB_TRX, so the test cannot see it block (test_races covers the race)"
-        )
     worker_engine, sweeper_engine = second_engine(db_url), second_engine(db_url)
     worker, sweeper = Queue(worker_engine, clock=clock), Queue(sweeper_engine, clock=clock)
     job = worker.enqueue("render")

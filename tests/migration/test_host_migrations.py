@@ -25,6 +25,7 @@ import sqlq_orm
 from sqlq_orm import JobAttemptMixin, JobEventMixin, JobMixin, ScheduleMixin, WorkerMixin
 from sqlq_orm.schema.models import Job, JobAttempt, JobEvent
 from tests.support.faultkit import drop_index_sql, is_mysql
+from tests.support.old_rows import seed_0001_history
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -274,7 +275,7 @@ def downgrade():
     op.drop_table("orders")
 """
 
-# sqlq_orm ships sqlq_0002: the host writes a new revision for it, as the README says.
+# sqlq_orm ships newer revisions: the host writes a new revision for them, as the README says.
 SECOND_HEAD_REVISION = """
 from alembic import op
 
@@ -287,12 +288,12 @@ depends_on = None
 
 
 def upgrade():
-    sqlq_orm.migrations.upgrade(op, from_="sqlq_0001", to="sqlq_0002")
+    sqlq_orm.migrations.upgrade(op, from_="sqlq_0001", to="{newest}")
 
 
 def downgrade():
-    sqlq_orm.migrations.downgrade(op, from_="sqlq_0002", to="sqlq_0001")
-"""
+    sqlq_orm.migrations.downgrade(op, from_="{newest}", to="sqlq_0001")
+""".replace("{newest}", max(sqlq_orm.migrate.newest_revisions()))
 
 SQLQ_TABLES = set(sqlq_orm.Base.metadata.tables)
 SQLQ_0001_TABLES = SQLQ_TABLES - {"sqlq_schedules"}  # sqlq_0002 adds the schedules
@@ -334,7 +335,7 @@ def test_host_revision_applies_sqlq_steps_and_keeps_one_head(db_url, tmp_path):
     run_alembic(tmp_path, "upgrade", "head")
 
 
-def test_host_revision_takes_sqlq_from_0001_to_0002_with_jobs_in_place(db_url, tmp_path):
+def test_host_revision_takes_sqlq_from_0001_to_the_newest_with_jobs_in_place(db_url, tmp_path):
     make_host_project(
         tmp_path,
         db_url,
@@ -343,7 +344,7 @@ def test_host_revision_takes_sqlq_from_0001_to_0002_with_jobs_in_place(db_url, t
         sqlq_versions=False,
     )
     run_alembic(tmp_path, "upgrade", "b1_first")
-    seed_history(db_url)
+    seed_0001_history(db_url)
 
     run_alembic(tmp_path, "upgrade", "head")
 
@@ -625,10 +626,11 @@ def test_branch_way_autogenerates_a_host_revision_on_sqlq_tables(db_url, tmp_pat
 
     run_alembic(
         tmp_path, "revision", "--autogenerate", "--head", "a1_orders",
-        "--depends-on", "sqlq_0002", "--rev-id", "a2_auto", "-m", "order_id",
+        "--depends-on", max(sqlq_orm.migrate.newest_revisions()),
+        "--rev-id", "a2_auto", "-m", "order_id",
     )  # fmt: skip
 
     assert run_alembic(tmp_path, "upgrade", "head", check=False).returncode != 0  # two heads
     run_alembic(tmp_path, "upgrade", "heads")
-    assert host_heads(db_url) == {"a2_auto"}  # it depends on sqlq_0002
+    assert host_heads(db_url) == {"a2_auto"}  # it depends on sqlq's newest
     assert "No new upgrade operations" in run_alembic(tmp_path, "check").stdout

@@ -29,7 +29,7 @@ def stamp(url: str, revision: str) -> None:
 
 
 def test_this_code_knows_its_own_newest_revision():
-    assert migrate.newest_revisions() == ["sqlq_0002"]
+    assert migrate.newest_revisions() == ["sqlq_0004"]
 
 
 def test_a_database_at_the_newest_revision_passes(db_url):

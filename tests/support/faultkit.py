@@ -40,12 +40,19 @@ _LOCK_WAITERS = {
         "SELECT count(*) FROM pg_stat_activity "
         "WHERE datname = current_database() AND wait_event_type = 'Lock'"
     ),
+    # Not live: InnoDB fills INNODB_TRX (and INNODB_LOCKS, INNODB_LOCK_WAITS) from a
+    # cache it refreshes only when no session has read it for 0.1 s, so a poll, or any
+    # other session's, more often than that keeps reading the same stale rows.
     "mysql": (
         "SELECT count(*) FROM information_schema.INNODB_TRX t "
         "JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id "
         "WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()"
     ),
 }
+
+# One "---TRANSACTION ..." block of SHOW ENGINE INNODB STATUS that waits for a lock:
+# its "LOCK WAIT ..." line, then "MariaDB thread id N" (MySQL: "MySQL thread id N").
+_INNODB_LOCK_WAIT = re.compile(r"^LOCK WAIT .*?\n(?:MariaDB|MySQL) thread id (\d+),", re.MULTILINE)
 
 
 def is_mysql(engine: Engine) -> bool:
@@ -61,6 +68,32 @@ def drop_index_sql(engine: Engine, index: str, table: str) -> str:
 def lock_waiters_sql(engine: Engine) -> str:
     """SQL counting this database's sessions that wait for a lock right now."""
     return _LOCK_WAITERS["mysql" if is_mysql(engine) else engine.dialect.name]
+
+
+def lock_waiters(connection: Connection) -> int:
+    """How many sessions on this connection's database wait for a lock right now.
+
+    PostgreSQL: ``pg_stat_activity``. MySQL: ``SHOW ENGINE INNODB STATUS``, which InnoDB
+    writes afresh for each call (unlike ``INNODB_TRX``, see ``_LOCK_WAITERS``), names the
+    server thread of each transaction in ``LOCK WAIT``; ``PROCESSLIST`` (live too) then
+    keeps the threads on this database, not other tests' on the same server.
+    """
+    try:
+        if not is_mysql(connection.engine):
+            return int(connection.exec_driver_sql(lock_waiters_sql(connection.engine)).scalar_one())
+        status = str(connection.exec_driver_sql("SHOW ENGINE INNODB STATUS").one()[2])
+        threads = sorted({int(found) for found in _INNODB_LOCK_WAIT.findall(status)})
+        if not threads:
+            return 0
+        listed = ", ".join(str(thread) for thread in threads)
+        return int(
+            connection.exec_driver_sql(
+                "SELECT count(*) FROM information_schema.PROCESSLIST "
+                f"WHERE DB = DATABASE() AND ID IN ({listed})"
+            ).scalar_one()
+        )
+    finally:
+        connection.rollback()
 
 
 @contextmanager
@@ -226,9 +259,7 @@ def wait_until_blocked_or_done(actor: Actor, observer: Engine, seen: StatementSe
         return
     with observer.connect() as connection:
         while not actor.done:
-            waiting = connection.exec_driver_sql(lock_waiters_sql(observer)).scalar_one()
-            connection.rollback()
-            if waiting:
+            if lock_waiters(connection):
                 return
             if time.monotonic() > deadline:
                 raise AssertionError("the actor never blocked on a lock")

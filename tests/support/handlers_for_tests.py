@@ -42,6 +42,20 @@ def hold(ctx: JobContext) -> None:
         time.sleep(0.05)
 
 
+@registry.handler("span")
+def span(ctx: JobContext) -> None:
+    """Run for ``seconds``; append ``key start end`` (monotonic, ns) to ``log_file``.
+
+    One ``write`` per line on a file opened for appending: lines from several
+    processes never interleave. CLOCK_MONOTONIC is one clock for the whole machine,
+    so the spans of different processes can be compared."""
+    started = time.monotonic_ns()
+    time.sleep(ctx.payload["seconds"])
+    line = f"{ctx.payload['key']} {started} {time.monotonic_ns()}\n"
+    with open(ctx.payload["log_file"], "a", encoding="utf-8") as log:
+        log.write(line)
+
+
 @registry.handler("finish_on_shutdown")
 def finish_on_shutdown(ctx: JobContext) -> None:
     """Run until the worker starts shutting down, then finish well within the grace period."""

@@ -199,6 +199,19 @@ class Backend:
     hold_migration_lock: Callable[[Connection], AbstractContextManager[None]] = _nothing_to_suspend
     """Around a whole migration run, where DDL commits as it goes (MySQL): a lock held
     by the session, so a second migrator never sees the first one's half-made schema."""
+    concurrency_recheck: bool = False
+    """Whether a claim that took jobs with a concurrency key counts those keys' held
+    jobs again before it commits. Needed where concurrent claims run side by side on
+    snapshots that miss each other (PostgreSQL, MySQL); not on SQLite, whose one
+    writer at a time always counts what is there."""
+    key_lock_sql: str | None = None
+    """That recount's lock (params ``p_scope``, ``p_keys``): one transaction-scoped lock
+    per key, taken in key order before counting, so of two claims of one key the later
+    one counts after the earlier one committed (PostgreSQL advisory locks). None: the
+    recount itself waits (MySQL's locking read waits for rows other claims changed)."""
+    recount_locks_rows: bool = False
+    """Whether the recount is a locking read (``FOR UPDATE``), for databases whose
+    locking reads see, after waiting, what concurrent transactions committed (InnoDB)."""
     is_retryable: Callable[[BaseException], bool] = _never_retry
     """Whether an error means the transaction was a deadlock victim or timed out
     waiting for a lock, so that running the whole transaction again is safe (MySQL

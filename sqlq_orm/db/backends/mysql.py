@@ -1,5 +1,9 @@
 """MariaDB (10.6+) and MySQL (8.0+): InnoDB at READ COMMITTED, no ``UPDATE ... RETURNING``.
 
+The queue's writes run at READ COMMITTED: an engine from :func:`sqlq_orm.create_engine`
+runs there throughout; on a host app's engine at another level, each queue write
+transaction asks for it with ``SET TRANSACTION`` (:func:`install_hooks`).
+
 MariaDB has ``INSERT ... RETURNING`` but no ``UPDATE ... RETURNING`` (MySQL has
 neither for UPDATE), so the statements that read back what they changed lock the rows
 (``SELECT ... FOR UPDATE [SKIP LOCKED]``), update them by id and read them again, in
@@ -140,14 +144,44 @@ def is_retryable(exc: BaseException) -> bool:
 
 ER_CONSTRAINT_FAILED = 4025
 
+WRITE_ISOLATION = "READ COMMITTED"
+"""The queue's write transactions run at this level: locking reads see the newest
+committed row and InnoDB takes no gap locks, so claimers skip each other's rows
+instead of waiting on gaps, and a dedupe insert's loser sees the winner's row.
+:func:`sqlq_orm.create_engine` makes the whole engine run at it."""
+
+WRITE_ISOLATION_OPTION = "sqlq_write_isolation"
+"""Execution option naming the level a queue write transaction needs (its value is
+:data:`WRITE_ISOLATION`); the ``begin`` hook of :func:`install_hooks` acts on it."""
+
+
+def _write_isolation(connection: Connection) -> None:
+    # SQLAlchemy's own isolation_level option would cost four round trips per
+    # transaction (SET SESSION ... and COMMIT at checkout, the same again to put the
+    # default back at check-in). SET TRANSACTION, without SESSION, applies to the
+    # next transaction only: one round trip, nothing to undo, and none at all when
+    # the connection already runs at that level (an engine made by create_engine).
+    options = connection.get_execution_options()
+    wanted = options.get(WRITE_ISOLATION_OPTION)
+    current = options.get("isolation_level", connection.dialect.default_isolation_level)
+    if wanted is None or wanted == current:
+        return
+    cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        cursor.execute(f"SET TRANSACTION ISOLATION LEVEL {wanted}")
+    finally:
+        cursor.close()
+
 
 def install_hooks(engine: Engine, busy_timeout_ms: int) -> None:
-    """Report a violated CHECK constraint as :class:`~sqlalchemy.exc.IntegrityError`.
+    """Begin the queue's write transactions at :data:`WRITE_ISOLATION`, and report a
+    violated CHECK constraint as :class:`~sqlalchemy.exc.IntegrityError`.
 
     MariaDB's error 4025 (``CONSTRAINT ... failed``) reaches SQLAlchemy as an
     OperationalError (PyMySQL maps only the older integrity errors), which callers
     would take for a lost connection rather than a row the schema refused.
     """
+    event.listen(engine, "begin", _write_isolation)
 
     @event.listens_for(engine, "handle_error")
     def _integrity(context: Any) -> Any:
@@ -241,7 +275,9 @@ def partial_index_column(index: Index) -> str:
 
 def generated_key_column(index: Index) -> str | None:
     """The generated column behind ``index`` here (a partial unique index), or None."""
-    return partial_index_column(index) if partial_index_predicate(index) is not None else None
+    if not index.unique or partial_index_predicate(index) is None:
+        return None
+    return partial_index_column(index)
 
 
 def partial_index_predicate(index: Index) -> Any:
@@ -256,9 +292,11 @@ def partial_index_predicate(index: Index) -> Any:
 def _create_index(create: CreateIndex, compiler: Any, **kw: Any) -> str:
     index: Index = create.element
     where = partial_index_predicate(index)
-    if where is None:
+    if where is None or not index.unique:
+        # A partial index that is not unique only saves space: the whole index serves
+        # the same queries.
         return str(compiler.visit_create_index(create, **kw))
-    if not index.unique or len(index.expressions) != 1:
+    if len(index.expressions) != 1:
         raise CompileError(
             f"index {index.name!r}: MySQL emulates only single-column unique partial indexes"
         )
@@ -296,9 +334,8 @@ def _backend(name: str) -> Backend:
         title="MariaDB" if name == "mariadb" else "MySQL",
         insert=_insert,
         read_options={},  # InnoDB MVCC: plain reads never block writers
-        # READ COMMITTED: locking reads see the newest committed row and InnoDB takes
-        # no gap locks, so claimers skip each other's rows instead of waiting on gaps.
-        write_options={"isolation_level": "READ COMMITTED"},
+        # READ COMMITTED (see WRITE_ISOLATION), set by the begin hook where needed.
+        write_options={WRITE_ISOLATION_OPTION: WRITE_ISOLATION},
         pick=_pick,
         token_for_row=_token_for_row,
         bind_tokens=lambda tokens: json.dumps(list(tokens)),
@@ -314,6 +351,8 @@ def _backend(name: str) -> Backend:
         update_returning=False,
         is_duplicate_key=is_duplicate_key,
         is_retryable=is_retryable,
+        concurrency_recheck=True,
+        recount_locks_rows=True,
         install_hooks=install_hooks,
         materialize=_plain_cte,
         by_primary_key=_by_primary_key,

@@ -135,6 +135,12 @@ BACKEND = Backend(
     lock_rows=_lock_rows,
     rows_changed=lambda connection, result: int(result.rowcount),
     history_in_one_statement=True,
+    concurrency_recheck=True,
+    key_lock_sql=(
+        # hashtext collisions only make two keys wait for each other; never unsafe.
+        "SELECT pg_advisory_xact_lock(hashtext(:p_scope), hashtext(k))"
+        " FROM (SELECT DISTINCT unnest(CAST(:p_keys AS TEXT[])) AS k ORDER BY k) AS keys"
+    ),
     rows_from_arrays=_rows_from_arrays,
     json_string=lambda text: cast(func.to_json(text), Text),
     maintenance=_maintenance,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -74,6 +74,7 @@ class StatementGroup:
         by_id: bool = False,
         lock: Select[Any] | CompoundSelect[Any] | None = None,
         locked_update: Update | None = None,
+        keep: Callable[[Sequence[Row[Any]]], list[int]] | None = None,
     ) -> Update:
         """``update ... RETURNING columns``; run it with :meth:`run_returning`, which
         works on backends without ``UPDATE ... RETURNING`` too (see
@@ -86,6 +87,7 @@ class StatementGroup:
             by_id=by_id,
             lock=lock,
             locked_update=locked_update,
+            keep=keep,
         )
         if plan is not None:
             self._plans[id(statement)] = plan

@@ -18,12 +18,14 @@ from sqlalchemy import (
     case,
     func,
     null,
+    or_,
     select,
     union_all,
     update,
 )
 from sqlalchemy.sql.elements import ColumnElement
 
+from sqlq_orm.db.statements.concurrency import ConcurrencyStatements, within_limits
 from sqlq_orm.db.statements.history import HistoryStatements
 from sqlq_orm.db.statements.returning import LOCKED_ID_LIST, LOCKED_IDS
 from sqlq_orm.schema.states import JobStatus
@@ -34,10 +36,11 @@ def row_number() -> ColumnElement[int]:
     return func.row_number(type_=Integer).over()
 
 
-class ClaimStatements(HistoryStatements):
+class ClaimStatements(HistoryStatements, ConcurrencyStatements):
     """The claim, for one queue or several merged (built on first use per count)."""
 
     def _build_claim_group(self) -> None:
+        self._build_concurrency()
         # -- claim -----------------------------------------------------------------
         self.history_in_one_statement = self.dialect.history_in_one_statement
         self.claim = self._recorded_claim(self._build_claim(start=False), start=False)
@@ -75,15 +78,48 @@ class ClaimStatements(HistoryStatements):
             return claim
         return self.with_history(claim, lambda source: self.claim_history(source, start=start))
 
-    def _ready_jobs(self, queue_filter: ColumnElement[bool], *columns: Any) -> Any:
-        """Ready jobs in claim order, at most ``p_limit`` of them."""
+    def _ready_jobs(self, queue_filter: ColumnElement[bool]) -> Any:
+        """Ready jobs in claim order, at most ``p_limit`` of them, with what the
+        concurrency limits need: each one's key, limit and the key's held jobs.
+
+        A job whose key is already full is not a candidate, so it never takes the
+        place of a job behind it."""
         j = self.tables.jobs.c
+        held = self.held_by_key()
+        no_key = j.concurrency_key.is_(None)
         # Matches ix_*_claim (queue, status, priority DESC, run_at, id): no sort.
         return (
-            select(j.id, *columns)
-            .where(queue_filter, j.status == JobStatus.QUEUED.value, j.run_at <= self.now)
+            select(
+                j.id,
+                j.priority,
+                j.run_at,
+                j.concurrency_key,
+                j.concurrency_limit,
+                case((no_key, 0), else_=held).label("held"),
+            )
+            .where(
+                queue_filter,
+                j.status == JobStatus.QUEUED.value,
+                j.run_at <= self.now,
+                or_(no_key, held < j.concurrency_limit),
+            )
             .order_by(j.priority.desc(), j.run_at, j.id)
             .limit(bindparam("p_limit", type_=Integer))
+        )
+
+    def _within_limits(self, candidates: Any) -> Any:
+        """Of the picked candidates, those that fit their keys' limits: the n-th
+        candidate of a key (in claim order) fits while ``held + n <= limit``."""
+        c = candidates.c
+        key_rank = func.row_number(type_=Integer).over(
+            partition_by=c.concurrency_key, order_by=(c.priority.desc(), c.run_at, c.id)
+        )
+        ranked = select(
+            c.id, c.concurrency_key, c.concurrency_limit, c.held, key_rank.label("key_rank")
+        ).subquery("ranked")
+        r = ranked.c
+        return select(r.id).where(
+            or_(r.concurrency_key.is_(None), r.held + r.key_rank <= r.concurrency_limit)
         )
 
     def _build_claim(self, *, start: bool, merged_queues: int = 0) -> Any:
@@ -100,18 +136,15 @@ class ClaimStatements(HistoryStatements):
             # rows read but not picked stay locked (skipped by other claimers) until this
             # claim commits.
             per_queue = [
-                lock(
-                    self._ready_jobs(j.queue == bindparam(f"p_queue_{i}"), j.priority, j.run_at),
-                    True,
-                )
+                lock(self._ready_jobs(j.queue == bindparam(f"p_queue_{i}")), True)
                 for i in range(merged_queues)
             ]
             if self.dialect.update_returning:
                 branches = [ready.subquery(f"ready_{i}") for i, ready in enumerate(per_queue)]
-                ready = union_all(*(select(b.c.id, b.c.priority, b.c.run_at) for b in branches))
+                ready = union_all(*(select(*b.c) for b in branches))
                 merged = ready.subquery("ready")
                 candidates = (
-                    select(merged.c.id)
+                    select(*merged.c)
                     .order_by(merged.c.priority.desc(), merged.c.run_at, merged.c.id)
                     .limit(bindparam("p_limit", type_=Integer))
                 )
@@ -159,6 +192,8 @@ class ClaimStatements(HistoryStatements):
             j.max_runtime_seconds,
             j.lease_expires_at,
             j.deadline_at,
+            j.concurrency_key,
+            j.concurrency_limit,
             # The app's own columns, for the handler (JobContext.columns).
             *self.app_columns,
         ]
@@ -179,11 +214,13 @@ class ClaimStatements(HistoryStatements):
                 returned,
                 lock=merged_lock if candidates is None else candidates,
                 locked_update=locked_update,
+                keep=within_limits,
             )
         assert candidates is not None
         picked = self.dialect.pick(candidates, "picked")
-        # Number the picked rows so each gets its own token from the bound list.
-        numbered = select(picked.c.id, row_number().label("rn")).subquery("numbered")
+        fitting = self._within_limits(picked).subquery("fitting")
+        # Number the rows to claim so each gets its own token from the bound list.
+        numbered = select(fitting.c.id, row_number().label("rn")).subquery("numbered")
         return self.returning_update(
             update(jobs)
             .where(j.id == numbered.c.id)

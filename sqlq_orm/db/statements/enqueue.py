@@ -57,6 +57,8 @@ class EnqueueStatements(StatementGroup):
             "retry_count": 0,
             "max_retries": bindparam("p_max_retries"),
             "max_runtime_seconds": bindparam("p_max_runtime_seconds"),
+            "concurrency_key": bindparam("p_concurrency_key"),
+            "concurrency_limit": bindparam("p_concurrency_limit"),
         }
         self.insert_job = insert(jobs).values(job_values).returning(j.id)
         if dialect.is_duplicate_key is None:
@@ -88,6 +90,8 @@ class EnqueueStatements(StatementGroup):
                     ("delay", BigInteger()),
                     ("max_retries", j.max_retries.type),
                     ("max_runtime_seconds", j.max_runtime_seconds.type),
+                    ("concurrency_key", j.concurrency_key.type),
+                    ("concurrency_limit", j.concurrency_limit.type),
                 ]
             )
             r = rows.c
@@ -104,6 +108,8 @@ class EnqueueStatements(StatementGroup):
                 "retry_count": literal(0),
                 "max_retries": r.max_retries,
                 "max_runtime_seconds": r.max_runtime_seconds,
+                "concurrency_key": r.concurrency_key,
+                "concurrency_limit": r.concurrency_limit,
             }
             self.insert_jobs_from_arrays = (
                 insert(jobs)

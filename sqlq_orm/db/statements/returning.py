@@ -15,7 +15,7 @@ Either way the caller gets the rows and how many rows changed, and runs one code
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +45,10 @@ class LockUpdateRead:
     """The update, restricted to the locked ids (``sqlq_ids``)."""
     read: Select[Any]
     """The returned columns of the updated rows."""
+    keep: Callable[[Sequence[Row[Any]]], list[int]] | None = None
+    """Which of the locked rows to update (ids, in lock order); all of them when None.
+    The claim's lock returns more columns than the id and drops, here, the jobs its
+    concurrency limits leave out (they stay locked until the claim commits)."""
 
 
 def returning_update(
@@ -56,12 +60,13 @@ def returning_update(
     by_id: bool = False,
     lock: Select[Any] | CompoundSelect[Any] | None = None,
     locked_update: Update | None = None,
+    keep: Callable[[Sequence[Row[Any]]], list[int]] | None = None,
 ) -> tuple[Update, LockUpdateRead | None]:
     """``update ... RETURNING columns``, and the plan for backends without it (else None).
 
     ``by_id``: the update's guard is ``id = :p_id``. ``lock`` and ``locked_update``
     replace the default plan's first two steps (the claim picks its rows itself and
-    gives each its own token).
+    gives each its own token); ``keep`` chooses among the locked rows.
     """
     statement = update.returning(*columns)
     if dialect.update_returning:
@@ -79,6 +84,7 @@ def returning_update(
         lock,
         locked_update if locked_update is not None else update.where(ids),
         select(*columns).where(ids),
+        keep,
     )
 
 
@@ -111,7 +117,8 @@ def run_returning(
         if changed == 0:
             return [], 0
         return list(connection.execute(plan.read, params).all()), changed
-    ids = [row[0] for row in connection.execute(plan.lock, params)]
+    locked = list(connection.execute(plan.lock, params))
+    ids = [row[0] for row in locked] if plan.keep is None else plan.keep(locked)
     if not ids:
         return [], 0
     step = {**params, LOCKED_IDS: ids, LOCKED_ID_LIST: ",".join(str(i) for i in ids)}

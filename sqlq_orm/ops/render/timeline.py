@@ -62,6 +62,10 @@ def render_timeline_text(timeline: JobTimeline, *, color: bool = False) -> str:
         lines.append(f"  payload_ref {job.payload_ref or '-'}   result_ref {job.result_ref or '-'}")
     if job.dedupe_key:
         lines.append(f"  dedupe_key {job.dedupe_key}")
+    if job.concurrency_key is not None:
+        lines.append(
+            f"  concurrency_key {job.concurrency_key} (at most {job.concurrency_limit} at once)"
+        )
     if job.columns:
         lines.append("  " + "   ".join(f"{name} {value}" for name, value in job.columns.items()))
     if job.error_code:

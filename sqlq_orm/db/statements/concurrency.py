@@ -1,0 +1,105 @@
+"""Concurrency keys: the claim's limit check and the recount that closes its race.
+
+A job enqueued with ``concurrency_key`` and ``concurrency_limit`` may be claimed only
+while fewer than ``concurrency_limit`` jobs with that key are CLAIMED or RUNNING
+("held"). The claim statement checks it for every candidate (:meth:`held_by_key`) and,
+within one batch, ranks the candidates of a key in claim order so the batch never
+takes more than the key's free places (:func:`within_limits`, and the same rule in SQL
+in :mod:`.claim`). A job whose key is full is passed over, so it never holds up the
+jobs behind it.
+
+On SQLite that is the whole story: one writer at a time, so the claim always counts
+what is there. On PostgreSQL and MySQL two claims run side by side, each counting on
+a snapshot that misses the other's uncommitted claim, and both could take the last
+place of a key. So a claim that took keyed jobs counts those keys again before it
+commits (:attr:`ConcurrencyStatements.recount_held`), after a per-key lock
+(PostgreSQL advisory locks) or as a locking read that waits for the other claim to
+commit (InnoDB); if a key is now over its limit the claim rolls back and runs again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import bindparam, func, select, text
+from sqlalchemy.engine import Row
+from sqlalchemy.sql.elements import ColumnElement
+
+from sqlq_orm.db.statements.base import HELD_VALUES, StatementGroup, status_in
+
+
+class ConcurrencyStatements(StatementGroup):
+    """The per-key count the claim filters on, and the recount after a claim."""
+
+    def _build_concurrency(self) -> None:
+        j = self.tables.jobs.c
+        # Held jobs of the given keys, one row each (counted in Python per key).
+        recount = select(j.concurrency_key).where(
+            j.concurrency_key.in_(bindparam("p_keys", expanding=True)),
+            status_in(j.status, HELD_VALUES),
+        )
+        if self.dialect.recount_locks_rows:
+            recount = recount.with_for_update()
+        self.recount_held = recount
+        self.recheck_concurrency = self.dialect.concurrency_recheck
+        self.lock_concurrency_keys = (
+            None if self.dialect.key_lock_sql is None else text(self.dialect.key_lock_sql)
+        )
+        # Keys of two job tables in one database must not share locks.
+        self.concurrency_lock_scope = self.tables.jobs.fullname
+
+    def held_by_key(self) -> ColumnElement[int]:
+        """Jobs held (CLAIMED or RUNNING) with the candidate row's concurrency key.
+
+        A correlated count over ``ix_*_concurrency`` (concurrency_key, status); only
+        evaluated for candidates that have a key."""
+        jobs = self.tables.jobs
+        held = jobs.alias("held")
+        return (
+            select(func.count())
+            .select_from(held)
+            .where(
+                held.c.concurrency_key == jobs.c.concurrency_key,
+                status_in(held.c.status, HELD_VALUES),
+            )
+            .scalar_subquery()
+        )
+
+
+def within_limits(rows: Sequence[Row[Any]]) -> list[int]:
+    """The ids of claim candidates (in claim order) that fit their keys' limits.
+
+    Each row is ``(id, priority, run_at, concurrency_key, concurrency_limit, held)``;
+    a row without a key always fits; the n-th candidate of a key fits while
+    ``held + n <= concurrency_limit``. The same rule as the SQL of the claim on
+    databases with ``UPDATE ... RETURNING``; here for the lock-update-read plan.
+    """
+    taken: dict[str, int] = {}
+    kept: list[int] = []
+    for row in rows:
+        job_id, _priority, _run_at, key, limit, held = tuple(row)
+        if key is None:
+            kept.append(job_id)
+            continue
+        rank = taken.get(key, 0) + 1
+        if held + rank <= limit:
+            taken[key] = rank
+            kept.append(job_id)
+    return kept
+
+
+def over_limit(claimed: Sequence[Row[Any]], held_keys: Sequence[str]) -> dict[str, int]:
+    """Keys whose held jobs (``held_keys``, one entry per held job, counted after the
+    claim) exceed the smallest limit among the ``claimed`` rows of that key: key → held.
+    """
+    limits: dict[str, int] = {}
+    for row in claimed:
+        key = row.concurrency_key
+        if key is not None:
+            limit = int(row.concurrency_limit)
+            limits[key] = min(limit, limits.get(key, limit))
+    counts: dict[str, int] = {}
+    for key in held_keys:
+        counts[key] = counts.get(key, 0) + 1
+    return {key: counts.get(key, 0) for key, limit in limits.items() if counts.get(key, 0) > limit}
