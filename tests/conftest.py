@@ -181,7 +181,8 @@ def queue(
     url = async_url(db_url, queue_flavour)
     loop: LoopThread = request.getfixturevalue("loop_thread")
     async_engine = sqlq_orm.create_async_engine(url)
-    yield BlockingAsyncQueue(sqlq_orm.AsyncQueue(async_engine, clock=clock), loop)
+    reader = sqlq_orm.Queue(engine, clock=clock)  # for the tests' own reads (read())
+    yield BlockingAsyncQueue(sqlq_orm.AsyncQueue(async_engine, clock=clock), loop, reader)
     loop.run(async_engine.dispose())
 
 

@@ -20,7 +20,7 @@ import pytest
 import sqlalchemy
 from sqlalchemy.orm import Session
 
-from sqlq_orm import AsyncQueue
+from sqlq_orm import AsyncQueue, Queue
 
 _T = TypeVar("_T")
 
@@ -75,14 +75,23 @@ class LoopThread:
         self.loop.close()
 
 
+READ_HELPERS = frozenset({"read", "session", "context"})
+"""What tests use to look at the database, not queue operations (``read()``, and the
+``context`` that ``sqlq_orm.ops`` readers such as the invariant checker take): served by
+a ``Queue`` on the test's own synchronous engine."""
+
+
 class BlockingAsyncQueue:
     """An :class:`AsyncQueue` called with the synchronous queue's method names."""
 
-    def __init__(self, async_queue: AsyncQueue, loop: LoopThread) -> None:
+    def __init__(self, async_queue: AsyncQueue, loop: LoopThread, reader: Queue) -> None:
         self.async_queue = async_queue
         self.loop = loop
+        self.reader = reader
 
     def __getattr__(self, name: str) -> Any:
+        if name in READ_HELPERS:
+            return getattr(self.reader, name)
         attribute = getattr(self.async_queue, name, None)
         if attribute is None:
             attribute = getattr(self.async_queue.sync_queue, name)
