@@ -124,7 +124,9 @@ def create_engine(
     (``sqlq_orm[postgres]``), PyMySQL for ``mysql://`` and ``mariadb://``
     (``sqlq_orm[mysql]``). On MariaDB and MySQL the engine's connections run at READ
     COMMITTED, the level the queue's writes need, unless ``isolation_level=`` says
-    otherwise (the queue then asks for it per write transaction).
+    otherwise (the queue then asks for it per write transaction). An asyncio driver
+    (``+asyncpg``, ``+aiosqlite``) raises :class:`~sqlq_orm.errors.InvalidInput`: that
+    is :func:`create_async_engine`'s.
     """
     parsed = sqlalchemy.make_url(url)
     default_driver = DEFAULT_DRIVERS.get(parsed.drivername)
@@ -132,6 +134,14 @@ def create_engine(
         parsed = parsed.set(drivername=f"{parsed.drivername}+{default_driver}")
     kwargs = {**DEFAULT_ENGINE_OPTIONS.get(parsed.get_backend_name(), {}), **kwargs}
     engine = sqlalchemy.create_engine(parsed, **kwargs)
+    if engine.dialect.is_async:
+        # Every statement would fail with SQLAlchemy's MissingGreenlet, far from here.
+        engine.dispose()
+        raise InvalidInput(
+            f"{parsed.drivername!r} names an asyncio driver; create_engine needs a "
+            "synchronous driver (e.g. postgresql+psycopg://), or use "
+            "sqlq_orm.create_async_engine with sqlq_orm.AsyncQueue"
+        )
     return configure_engine(engine, busy_timeout_ms=busy_timeout_ms)
 
 

@@ -334,3 +334,8 @@ def test_one_loops_sqlite_writers_take_turns_one_transaction_at_a_time(db_url, e
     # and wait in SQLite's sleeping busy handler.
     assert most[0] == 1
     assert row_counts(engine)["sqlq_jobs"] == BACKLOG
+
+
+def test_create_engine_refuses_an_asyncio_driver_naming_it(tmp_path):
+    with pytest.raises(InvalidInput, match="'sqlite\\+aiosqlite' names an asyncio driver"):
+        sqlq_orm.create_engine(f"sqlite+aiosqlite:///{tmp_path / 'q.db'}")
