@@ -8,8 +8,13 @@ interleaved in the same run:
   concurrency cap), ``mode=drain``;
 - procrastinate's worker (``wait=False``, ``concurrency=10``, its psycopg connector).
 
+The same ``Worker`` with an ``async def`` no-op handler (tasks on the worker's event
+loop) runs beside them at both concurrencies, against pgqueuer too.
+
 Enqueue: ``Queue.enqueue_many`` of N jobs against pgqueuer's batch ``Queries.enqueue``
-(lists of entrypoints and payloads) and procrastinate's ``Task.batch_defer_async``.
+(lists of entrypoints and payloads) and procrastinate's ``Task.batch_defer_async``;
+and ``AsyncQueue.enqueue`` (asyncpg) one job at a time against ``Queue.enqueue``
+(psycopg), sqlq_orm against itself.
 
 Each side has its own throw-away database on the ``--pg`` server, emptied and given
 its schema again before every timed run. Ratios are sqlq_orm / peer (jobs/s), so
@@ -202,10 +207,41 @@ def _procrastinate_drain(url: str, jobs: int) -> float:
 # ---------------------------------------------------------------------- sqlq_orm
 
 
-def _sqlq_drain(url: str, jobs: int, concurrency: int) -> float:
+def _sqlq_drain(url: str, jobs: int, concurrency: int, async_handler: bool = False) -> float:
     reset_postgres(url).dispose()
     enqueue_noops(url, jobs)
-    return drain_with_worker(url, jobs, concurrency)
+    return drain_with_worker(url, jobs, concurrency, async_handler=async_handler)
+
+
+def _sqlq_enqueue_one_by_one(url: str, jobs: int) -> float:
+    """``Queue.enqueue`` called ``jobs`` times in a row; return jobs/s."""
+    engine = reset_postgres(url)
+    queue = sqlq_orm.Queue(engine)
+    queue.enqueue("noop", {"n": -1})  # a warm pool, as in the async case
+    started = time.perf_counter()
+    for n in range(jobs):
+        queue.enqueue("noop", {"n": n})
+    elapsed = time.perf_counter() - started
+    engine.dispose()
+    return jobs / elapsed
+
+
+def _sqlq_async_enqueue_one_by_one(url: str, jobs: int) -> float:
+    """``await AsyncQueue.enqueue`` ``jobs`` times in a row (asyncpg); return jobs/s."""
+    reset_postgres(url).dispose()
+
+    async def main() -> float:
+        engine = sqlq_orm.create_async_engine(_dsn(url))  # postgresql:// -> asyncpg
+        queue = sqlq_orm.AsyncQueue(engine)
+        await queue.enqueue("noop", {"n": -1})
+        started = time.perf_counter()
+        for n in range(jobs):
+            await queue.enqueue("noop", {"n": n})
+        elapsed = time.perf_counter() - started
+        await engine.dispose()
+        return jobs / elapsed
+
+    return asyncio.run(main())
 
 
 def _sqlq_enqueue(url: str, jobs: int) -> float:
@@ -226,6 +262,7 @@ def _sqlq_enqueue(url: str, jobs: int) -> float:
 def run(config: Config) -> list[Result]:
     drained = config.size(full=5_000, quick=2_000, smoke=30)
     enqueued = config.size(full=20_000, quick=5_000, smoke=100)
+    singles = config.size(full=3_000, quick=1_000, smoke=20)
     why_not = postgres_reachable(config.pg_url)
     if why_not is not None:
         return [
@@ -255,6 +292,14 @@ def run(config: Config) -> list[Result]:
             f"sqlq c{c}": (lambda c=c: _sqlq_drain(urls["sqlq"], drained, c))  # type: ignore[misc]
             for c in CONCURRENCIES
         }
+        drains.update(
+            {
+                f"sqlq async c{c}": (  # type: ignore[misc]
+                    lambda c=c: _sqlq_drain(urls["sqlq"], drained, c, async_handler=True)
+                )
+                for c in CONCURRENCIES
+            }
+        )
         enqueues: dict[str, Callable[[], float]] = {
             "sqlq": lambda: enqueued / _sqlq_enqueue(urls["sqlq"], enqueued)
         }
@@ -268,23 +313,44 @@ def run(config: Config) -> list[Result]:
             )
         drain_samples = side_by_side(drains, config.heavy_reps)
         enqueue_samples = side_by_side(enqueues, config.heavy_reps)
+        one_by_one = side_by_side(
+            {
+                "async": lambda: _sqlq_async_enqueue_one_by_one(urls["sqlq"], singles),
+                "sync": lambda: _sqlq_enqueue_one_by_one(urls["sqlq"], singles),
+            },
+            config.heavy_reps,
+        )
+    results.append(
+        compare(
+            NAME,
+            f"enqueue x{singles:,} one at a time: AsyncQueue (asyncpg) (postgresql)",
+            one_by_one["async"],
+            "Queue.enqueue (psycopg)",
+            one_by_one["sync"],
+            "jobs/s",
+            note="sqlq_orm against itself: the greenlet bridge's cost",
+        )
+    )
     labels = {
         "pgqueuer": "pgqueuer (asyncpg, defaults: batch_size=10)",
         "procrastinate": f"procrastinate (concurrency={PROCRASTINATE_CONCURRENCY})",
     }
     for peer in available:
         for concurrency in CONCURRENCIES:
-            results.append(
-                compare(
-                    NAME,
-                    f"drain x{drained:,}: Worker c{concurrency} vs {peer} (postgresql)",
-                    drain_samples[f"sqlq c{concurrency}"],
-                    labels[peer],
-                    drain_samples[peer],
-                    "jobs/s",
-                    note="one process each; sqlq_orm keeps attempt + 4 events per job",
+            for kind, handler in (("", "sqlq"), (" async def", "sqlq async")):
+                if kind and peer != "pgqueuer":
+                    continue
+                results.append(
+                    compare(
+                        NAME,
+                        f"drain x{drained:,}: Worker c{concurrency}{kind} vs {peer} (postgresql)",
+                        drain_samples[f"{handler} c{concurrency}"],
+                        labels[peer],
+                        drain_samples[peer],
+                        "jobs/s",
+                        note="one process each; sqlq_orm keeps attempt + 4 events per job",
+                    )
                 )
-            )
         batch = "Queries.enqueue(lists)" if peer == "pgqueuer" else "Task.batch_defer_async"
         results.append(
             compare(

@@ -3,7 +3,8 @@
 One spawned process runs ``Worker(..., burst=True)`` (it exits once nothing is left);
 the clock runs from "go" to its report, as in the ``workers`` bench. Afterwards the
 database is checked: every job SUCCEEDED and its full history kept (ENQUEUED,
-CLAIMED, STARTED, SUCCEEDED events).
+CLAIMED, STARTED, SUCCEEDED events). With ``async_handler=True`` the no-op is an
+``async def``, run as a task on the worker's event loop.
 """
 
 from __future__ import annotations
@@ -21,13 +22,17 @@ def _noop(context: Any) -> None:
     return None
 
 
-def _worker_process(url: str, concurrency: int, go: Any, out: Any) -> None:
+async def _noop_async(context: Any) -> None:
+    return None
+
+
+def _worker_process(url: str, concurrency: int, async_handler: bool, go: Any, out: Any) -> None:
     from sqlq_orm.worker.runtime import Worker
 
     engine = sqlq_orm.create_engine(url)
     worker = Worker(
         sqlq_orm.Queue(engine),
-        {"noop": _noop},
+        {"noop": _noop_async if async_handler else _noop},
         concurrency=concurrency,
         poll_interval=POLL_INTERVAL,
         sweep_interval=None,
@@ -50,9 +55,11 @@ def enqueue_noops(url: str, jobs: int) -> None:
     engine.dispose()
 
 
-def drain_with_worker(url: str, jobs: int, concurrency: int) -> float:
+def drain_with_worker(
+    url: str, jobs: int, concurrency: int, *, async_handler: bool = False
+) -> float:
     """Drain the ``jobs`` waiting at ``url`` with one worker process; return jobs/s."""
-    elapsed, reports, _ = run_children(_worker_process, [(url, concurrency)], 1.0)
+    elapsed, reports, _ = run_children(_worker_process, [(url, concurrency, async_handler)], 1.0)
     engine = sqlq_orm.create_engine(url)
     succeeded = count_rows(engine, "sqlq_jobs", "status = 'SUCCEEDED'")
     events = count_rows(engine, "sqlq_job_events")

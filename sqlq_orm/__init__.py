@@ -10,7 +10,7 @@ from sqlq_orm.core.backoff import RetryPolicy
 from sqlq_orm.core.lease import Lease
 from sqlq_orm.core.schedule import Missed, Schedule
 from sqlq_orm.db.clock import Clock, DatabaseClock, PinnedClock
-from sqlq_orm.db.engine import configure_engine, create_engine
+from sqlq_orm.db.engine import configure_engine, create_async_engine, create_engine
 from sqlq_orm.db.tables import Models
 from sqlq_orm.errors import (
     DedupeConflict,
@@ -28,6 +28,7 @@ from sqlq_orm.ops import invariants
 from sqlq_orm.ops.retention import PruneResult, RetentionPolicy
 from sqlq_orm.ops.stats import QueueStats
 from sqlq_orm.ops.timeline import JobTimeline, RelatedJob, job_timeline
+from sqlq_orm.queue.aio import AsyncQueue
 from sqlq_orm.queue.queue import Queue
 from sqlq_orm.queue.types import (
     EnqueuedJob,
@@ -56,10 +57,13 @@ from sqlq_orm.schema.models import (
     WorkerRecord,
 )
 from sqlq_orm.schema.states import AttemptStatus, Event, JobStatus
-from sqlq_orm.worker.handlers import HandlerRegistry, JobContext
+from sqlq_orm.worker.handlers import AsyncJobContext, HandlerRegistry, JobContext
 from sqlq_orm.worker.runtime import Worker, WorkerStats
 
 __all__ = [
+    "AsyncJobContext",
+    "AsyncQueue",
+    "create_async_engine",
     "AttemptStatus",
     "Base",
     "Clock",

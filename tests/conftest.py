@@ -21,6 +21,13 @@ from sqlalchemy.engine import Engine
 import sqlq_orm
 from sqlq_orm.schema.models import Base
 from tests.support import factories
+from tests.support.aio_bridge import (
+    FLAVOURS,
+    PSYCOPG_MODULES,
+    BlockingAsyncQueue,
+    LoopThread,
+    async_url,
+)
 from tests.support.backends import BACKENDS
 
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -133,10 +140,50 @@ def clock() -> sqlq_orm.PinnedClock:
     return sqlq_orm.PinnedClock(PINNED_START)
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run the service tests (``tests/conformance/test_service_*.py``) once per API
+    flavour: the ``queue`` fixture is then a ``Queue`` or an ``AsyncQueue``."""
+    module = metafunc.module.__name__.rsplit(".", 1)[-1]
+    if "queue" in metafunc.fixturenames and module.startswith("test_service_"):
+        flavours = list(FLAVOURS)
+        if module in PSYCOPG_MODULES:
+            flavours.append(pytest.param("async-psycopg", id="async-psycopg"))
+        metafunc.parametrize("queue_flavour", flavours)
+
+
 @pytest.fixture
-def queue(engine: Engine, clock: sqlq_orm.PinnedClock) -> sqlq_orm.Queue:
-    """A queue on the test database with the pinned clock."""
-    return sqlq_orm.Queue(engine, clock=clock)
+def queue_flavour() -> str:
+    """Which API the ``queue`` fixture is: ``sync`` unless a test module is parametrised."""
+    return "sync"
+
+
+@pytest.fixture
+def loop_thread() -> Iterator[LoopThread]:
+    """An event loop on a thread of its own, for calling async code from a test."""
+    loop = LoopThread()
+    yield loop
+    loop.close()
+
+
+@pytest.fixture
+def queue(
+    request: pytest.FixtureRequest,
+    engine: Engine,
+    clock: sqlq_orm.PinnedClock,
+    queue_flavour: str,
+    db_url: str,
+) -> Iterator[sqlq_orm.Queue | BlockingAsyncQueue]:
+    """A queue on the test database with the pinned clock: a ``Queue``, or for the
+    ``async`` flavours an ``AsyncQueue`` behind the synchronous method names."""
+    if queue_flavour == "sync":
+        yield sqlq_orm.Queue(engine, clock=clock)
+        return
+    url = async_url(db_url, queue_flavour)
+    loop: LoopThread = request.getfixturevalue("loop_thread")
+    async_engine = sqlq_orm.create_async_engine(url)
+    reader = sqlq_orm.Queue(engine, clock=clock)  # for the tests' own reads (read())
+    yield BlockingAsyncQueue(sqlq_orm.AsyncQueue(async_engine, clock=clock), loop, reader)
+    loop.run(async_engine.dispose())
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""Engines with sqlq_orm's hooks: :func:`create_engine` and :func:`configure_engine`.
+"""Engines with sqlq_orm's hooks: :func:`create_engine`, :func:`create_async_engine`
+and :func:`configure_engine`.
 
 What a hook does depends on the database (see :mod:`sqlq_orm.db.backends`): on SQLite,
 PRAGMAs on every connection and ``BEGIN IMMEDIATE`` for writes. On every database, a
@@ -13,7 +14,9 @@ import weakref
 from typing import Any
 
 import sqlalchemy
+import sqlalchemy.ext.asyncio
 from sqlalchemy.engine import Engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sqlq_orm.db.backends import find_backend
 from sqlq_orm.errors import InvalidInput, SqlqWarning
@@ -26,13 +29,22 @@ _HOOKED_ATTR = "_sqlq_hooks_installed"
 DEFAULT_DRIVERS = {"postgresql": "psycopg", "mysql": "pymysql", "mariadb": "pymysql"}
 """The driver a URL without one gets (SQLAlchemy's own defaults need C libraries)."""
 
+DEFAULT_ASYNC_DRIVERS = {
+    "sqlite": "aiosqlite",
+    "postgresql": "asyncpg",
+    "mysql": "aiomysql",
+    "mariadb": "aiomysql",
+}
+"""The asyncio driver a URL without one gets in :func:`create_async_engine`."""
+
 DEFAULT_ENGINE_OPTIONS: dict[str, dict[str, Any]] = {
     # The level the queue's writes need (backends/mysql.py), for every connection at
     # connect time: no isolation statements per transaction.
     "mysql": {"isolation_level": "READ COMMITTED"},
     "mariadb": {"isolation_level": "READ COMMITTED"},
 }
-""":func:`create_engine` keyword arguments per database, unless the caller passes them."""
+""":func:`create_engine` (and :func:`create_async_engine`) keyword arguments per
+database, unless the caller passes them."""
 
 
 def _install_fork_guard(engine: Engine) -> None:
@@ -112,7 +124,9 @@ def create_engine(
     (``sqlq_orm[postgres]``), PyMySQL for ``mysql://`` and ``mariadb://``
     (``sqlq_orm[mysql]``). On MariaDB and MySQL the engine's connections run at READ
     COMMITTED, the level the queue's writes need, unless ``isolation_level=`` says
-    otherwise (the queue then asks for it per write transaction).
+    otherwise (the queue then asks for it per write transaction). An asyncio driver
+    (``+asyncpg``, ``+aiosqlite``) raises :class:`~sqlq_orm.errors.InvalidInput`: that
+    is :func:`create_async_engine`'s.
     """
     parsed = sqlalchemy.make_url(url)
     default_driver = DEFAULT_DRIVERS.get(parsed.drivername)
@@ -120,7 +134,43 @@ def create_engine(
         parsed = parsed.set(drivername=f"{parsed.drivername}+{default_driver}")
     kwargs = {**DEFAULT_ENGINE_OPTIONS.get(parsed.get_backend_name(), {}), **kwargs}
     engine = sqlalchemy.create_engine(parsed, **kwargs)
+    if engine.dialect.is_async:
+        # Every statement would fail with SQLAlchemy's MissingGreenlet, far from here.
+        engine.dispose()
+        raise InvalidInput(
+            f"{parsed.drivername!r} names an asyncio driver; create_engine needs a "
+            "synchronous driver (e.g. postgresql+psycopg://), or use "
+            "sqlq_orm.create_async_engine with sqlq_orm.AsyncQueue"
+        )
     return configure_engine(engine, busy_timeout_ms=busy_timeout_ms)
+
+
+def create_async_engine(
+    url: str | sqlalchemy.URL,
+    *,
+    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+    **kwargs: Any,
+) -> AsyncEngine:
+    """Create a SQLAlchemy :class:`~sqlalchemy.ext.asyncio.AsyncEngine` with sqlq_orm's
+    hooks installed on its ``sync_engine`` (for :class:`sqlq_orm.AsyncQueue`).
+
+    Keyword arguments go to :func:`sqlalchemy.ext.asyncio.create_async_engine`. A URL
+    with no driver gets aiosqlite for ``sqlite://`` (``sqlq_orm[aiosqlite]``),
+    asyncpg for ``postgresql://`` (``sqlq_orm[asyncpg]``) and aiomysql for
+    ``mysql://`` and ``mariadb://`` (``sqlq_orm[aiomysql]``); ``postgresql+psycopg://``
+    uses psycopg 3's async connection. The hooks are the synchronous engine's (on
+    SQLite the same PRAGMAs and ``BEGIN IMMEDIATE`` for writes): SQLAlchemy runs them
+    through its greenlet bridge on every driver, and so are the engine options of
+    :func:`create_engine` (MariaDB at READ COMMITTED).
+    """
+    parsed = sqlalchemy.make_url(url)
+    default_driver = DEFAULT_ASYNC_DRIVERS.get(parsed.drivername)
+    if default_driver is not None:
+        parsed = parsed.set(drivername=f"{parsed.drivername}+{default_driver}")
+    kwargs = {**DEFAULT_ENGINE_OPTIONS.get(parsed.get_backend_name(), {}), **kwargs}
+    engine = sqlalchemy.ext.asyncio.create_async_engine(parsed, **kwargs)
+    configure_engine(engine.sync_engine, busy_timeout_ms=busy_timeout_ms)
+    return engine
 
 
 def require_shared_database(engine: Engine, user: str) -> None:

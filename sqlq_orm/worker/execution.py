@@ -1,4 +1,5 @@
-"""Running one job on a handler thread: call the handler, then hand its outcome over.
+"""Running one job: call the handler (on a handler thread, or await it as a task on the
+worker's event loop), then hand its outcome over.
 
 The handler is called with no transaction open. Its outcome goes to the
 :class:`~sqlq_orm.worker.completer.Completer`, which records it with the lease, in a
@@ -8,14 +9,16 @@ twice (its outcome is discarded).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from typing import Any
 
 from sqlq_orm.core import error_codes, validation
 from sqlq_orm.errors import InvalidInput, JobError
 from sqlq_orm.schema.mixins import REF_MAX
 from sqlq_orm.worker.completer import Completer
-from sqlq_orm.worker.handlers import HandlerRegistry
+from sqlq_orm.worker.handlers import AsyncJobContext, Handler, HandlerRegistry
 from sqlq_orm.worker.outcomes import INVALID_RESULT, Outcome, outcome_of_exception
 from sqlq_orm.worker.prefetch import PrefetchGauge
 from sqlq_orm.worker.runs import JobRun, RunTable
@@ -58,6 +61,27 @@ class JobExecutor:
         finally:
             self.runs.end_handler(run)
             self.prefetch.record(time.monotonic() - began)
+        self._hand_over(run, outcome)
+
+    async def execute_async(self, run: JobRun) -> None:
+        """Await the ``async def`` handler of ``run``'s job in the current task and
+        hand over its outcome (never raises; a cancellation after the worker gave up
+        on the job ends here, its outcome discarded)."""
+        context = run.context
+        task = asyncio.current_task()
+        if isinstance(context, AsyncJobContext) and task is not None:
+            context._attach(task)  # from now on, giving up on the job cancels the task
+        if not self.runs.begin_handler(run):
+            return
+        began = time.monotonic()
+        try:
+            outcome = await self._await_handler(run)
+        finally:
+            self.runs.end_handler(run)
+            self.prefetch.record(time.monotonic() - began)
+        self._hand_over(run, outcome)
+
+    def _hand_over(self, run: JobRun, outcome: Outcome) -> None:
         reason = self.runs.begin_finishing(run)
         if reason is not None:
             self.stats.add("discarded")
@@ -66,26 +90,47 @@ class JobExecutor:
             return
         self.completer.submit(run, outcome)
 
+    def _handler_of(self, run: JobRun) -> Handler:
+        """The job's handler, with the payload decoded into its context."""
+        lease = run.lease
+        handler = self.handlers.get(lease.type)
+        if handler is None:
+            known = ", ".join(self.handlers.types) or "none"
+            raise JobError(
+                error_codes.UNKNOWN_TYPE,
+                f"no handler for job type {lease.type!r} on worker {self.worker_id} "
+                f"(known: {known})",
+                retryable=False,
+            )
+        run.context.payload = lease.payload
+        return handler
+
     def _call_handler(self, run: JobRun) -> Outcome:
-        lease, context = run.lease, run.context
         try:
-            handler = self.handlers.get(lease.type)
-            if handler is None:
-                known = ", ".join(self.handlers.types) or "none"
-                raise JobError(
-                    error_codes.UNKNOWN_TYPE,
-                    f"no handler for job type {lease.type!r} on worker {self.worker_id} "
-                    f"(known: {known})",
-                    retryable=False,
-                )
-            context.payload = lease.payload
-            returned = handler(context)
-        except JobError as exc:  # classified by the handler: no traceback needed
-            return outcome_of_exception(exc)
+            returned = self._handler_of(run)(run.context)
         except BaseException as exc:  # noqa: BLE001 - a handler must never kill its thread silently
-            outcome = outcome_of_exception(exc)
+            return self._outcome_of_error(run, exc)
+        return self._outcome_of_return(returned)
+
+    async def _await_handler(self, run: JobRun) -> Outcome:
+        try:
+            returned = await self._handler_of(run)(run.context)
+        except BaseException as exc:  # noqa: BLE001 - nor its task
+            if isinstance(exc, asyncio.CancelledError) and run.context._given_up:
+                # Cancelled because the worker gave up on it: discarded, not a failure.
+                return Outcome(error_code=None)
+            return self._outcome_of_error(run, exc)
+        return self._outcome_of_return(returned)
+
+    @staticmethod
+    def _outcome_of_error(run: JobRun, exc: BaseException) -> Outcome:
+        outcome = outcome_of_exception(exc)
+        if not isinstance(exc, JobError):  # classified by the handler: no traceback needed
             log.error("%s raised %s", run.describe(), outcome.error_detail, exc_info=exc)
-            return outcome
+        return outcome
+
+    @staticmethod
+    def _outcome_of_return(returned: Any) -> Outcome:
         result_ref = returned if isinstance(returned, str) else None
         try:
             validation.optional_name("result_ref", result_ref, REF_MAX)

@@ -12,16 +12,30 @@ It succeeds by returning (a returned string is stored as the job's ``result_ref`
 and fails by raising: :class:`~sqlq_orm.errors.JobError` for a classified failure,
 anything else for an unclassified one. A long handler polls ``ctx.should_stop`` (or
 sleeps with ``ctx.sleep``) so it can stop early once its lease is gone.
+
+A handler may also be a coroutine function; it then runs as a task on the worker's
+event loop and gets an :class:`AsyncJobContext`::
+
+    @registry.handler("fetch_feed")
+    async def fetch_feed(ctx: AsyncJobContext) -> None:
+        async with httpx.AsyncClient() as client:
+            await client.get(ctx.payload["url"])
+        await ctx.sleep(5)  # wakes early at shutdown
+
+When the worker gives up on such a job (its lease is lost, it ran past its max
+runtime, or shutdown's grace period ended) the task is cancelled.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib
+import inspect
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 from sqlq_orm.core.schedule import (
@@ -33,7 +47,16 @@ from sqlq_orm.core.schedule import (
 from sqlq_orm.errors import InvalidInput
 
 Handler = Callable[["JobContext"], Any]
-"""A job handler: called with the job's context, in a worker thread."""
+"""A job handler: called with the job's context, in a worker thread (or, for a
+coroutine function, awaited as a task on the worker's event loop)."""
+
+
+def is_coroutine_handler(function: Any) -> bool:
+    """Whether ``function`` is an ``async def`` handler (or an object whose
+    ``__call__`` is one), to be awaited on the worker's event loop."""
+    return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(
+        getattr(function, "__call__", None)  # noqa: B004 - an async __call__ is the test
+    )
 
 
 class HandlerRegistry:
@@ -41,6 +64,8 @@ class HandlerRegistry:
 
     def __init__(self, handlers: Mapping[str, Handler] | None = None) -> None:
         self._handlers: dict[str, Handler] = {}
+        self._coroutines: set[str] = set()
+        self._loop_cleanups: list[Callable[[], Awaitable[Any]]] = []
         self._schedules: dict[str, Schedule] = {}
         for job_type, function in (handlers or {}).items():
             self.register(job_type, function)
@@ -57,6 +82,8 @@ class HandlerRegistry:
                 f"({_name(self._handlers[job_type])}); register each type once"
             )
         self._handlers[job_type] = function
+        if is_coroutine_handler(function):
+            self._coroutines.add(job_type)
         return function
 
     def handler(self, job_type: str) -> Callable[[Handler], Handler]:
@@ -127,6 +154,34 @@ class HandlerRegistry:
     def get(self, job_type: str) -> Handler | None:
         """The handler of ``job_type``, or None if there is none."""
         return self._handlers.get(job_type)
+
+    def on_loop_shutdown(
+        self, cleanup: Callable[[], Awaitable[Any]]
+    ) -> Callable[[], Awaitable[Any]]:
+        """Await ``cleanup()`` on the worker's event loop just before it stops.
+
+        For what ``async def`` handlers keep on that loop between jobs, such as an
+        ``AsyncEngine``'s pooled connections (``await engine.dispose()``): they belong
+        to the loop and cannot be closed once it is gone. Usable as a decorator.
+        """
+        if not callable(cleanup):
+            raise InvalidInput(f"on_loop_shutdown needs a coroutine function, got {cleanup!r}")
+        self._loop_cleanups.append(cleanup)
+        return cleanup
+
+    @property
+    def loop_cleanups(self) -> list[Callable[[], Awaitable[Any]]]:
+        """What :meth:`on_loop_shutdown` registered, in order."""
+        return list(self._loop_cleanups)
+
+    def is_coroutine(self, job_type: str) -> bool:
+        """Whether ``job_type``'s handler is an ``async def`` (run on the event loop)."""
+        return job_type in self._coroutines
+
+    @property
+    def has_coroutines(self) -> bool:
+        """Whether any handler is an ``async def``: the worker then starts an event loop."""
+        return bool(self._coroutines)
 
     @property
     def types(self) -> list[str]:
@@ -309,4 +364,51 @@ class JobContext:
                 break
             # Short waits: a self-fence is noticed by time passing, not by an event.
             stop.wait(min(left, 0.25))
+        return self.should_stop
+
+
+class AsyncJobContext(JobContext):
+    """The :class:`JobContext` of an ``async def`` handler, which runs as a task.
+
+    Everything :class:`JobContext` has, with :meth:`sleep` awaitable. When the worker
+    gives up on the job (``should_stop`` turns true) the handler's task is cancelled:
+    it sees :class:`asyncio.CancelledError` at its next ``await``, and whatever it does
+    after that is discarded. A handler that swallows the cancellation keeps running
+    and is abandoned like a stuck thread (it counts against ``max_abandoned``).
+    """
+
+    def __init__(self, **fields: Any) -> None:
+        super().__init__(**fields)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[Any] | None = None
+
+    def _attach(self, task: asyncio.Task[Any]) -> None:
+        """The job's handler runs in ``task`` (on the worker's loop) from now on."""
+        with self._lock:
+            self._loop = task.get_loop()
+            self._task = task
+
+    def _give_up(self, reason: str, *, runtime_exceeded: bool = False) -> bool:
+        if not super()._give_up(reason, runtime_exceeded=runtime_exceeded):
+            return False
+        with self._lock:
+            loop, task = self._loop, self._task
+        if loop is not None and task is not None and not loop.is_closed():
+            # From any thread (the heartbeat's, the fetcher's, the loop's own).
+            loop.call_soon_threadsafe(task.cancel, f"sqlq_orm: {reason}")
+        return True
+
+    async def sleep(self, seconds: float) -> bool:  # type: ignore[override]
+        """Sleep up to ``seconds``, waking early when the worker starts shutting down.
+
+        Returns ``should_stop``. When the lease is lost the task is cancelled, so the
+        sleep ends with :class:`asyncio.CancelledError` instead.
+        """
+        deadline = time.monotonic() + seconds
+        while not self.should_stop and not self.shutdown_requested:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            # Short steps: shutdown and a self-fence are noticed by looking, not woken.
+            await asyncio.sleep(min(left, 0.25))
         return self.should_stop

@@ -6,6 +6,12 @@ thread is free. A thread stuck in a handler the worker gave up on cannot be kill
 :meth:`HandlerPool.detach` takes it out of the count (it ends when its handler
 returns) so a fresh thread can take its place, and the worker's ``max_abandoned``
 budget bounds how many such threads there can be.
+
+Jobs whose handler is an ``async def`` (:attr:`~sqlq_orm.worker.runs.JobRun.on_loop`)
+are started as tasks on the worker's event loop instead (``tasks``), in batches, by
+whoever finds them at the head of the line: the fetcher submitting them, a task that
+just ended, or a pool thread. A task counts against ``size`` like a busy thread until
+it ends, so threads and tasks together never run more than ``size`` handlers.
 """
 
 from __future__ import annotations
@@ -13,8 +19,19 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable
+from typing import Protocol
 
 from sqlq_orm.worker.runs import JobRun
+
+TaskDone = Callable[[JobRun], list[JobRun]]
+"""Called on the loop when a task's job is done; returns the runs to start next."""
+
+
+class TaskStarter(Protocol):
+    """Starts runs as tasks on an event loop (:class:`~sqlq_orm.worker.aio.HandlerLoop`)."""
+
+    def start(self, runs: list[JobRun], done: TaskDone) -> None:
+        """Start a task per run, from any thread; each calls ``done(run)`` when it ends."""
 
 
 class HandlerPool:
@@ -24,14 +41,22 @@ class HandlerPool:
     process from exiting.
     """
 
-    def __init__(self, size: int, execute: Callable[[JobRun], None]) -> None:
+    def __init__(
+        self,
+        size: int,
+        execute: Callable[[JobRun], None],
+        *,
+        tasks: TaskStarter | None = None,
+    ) -> None:
         self.size = size
         self._execute = execute
+        self._tasks = tasks
         self._condition = threading.Condition()
         self._waiting: deque[JobRun] = deque()
         self._threads = 0  # pool threads counted against size (detached ones are not)
         self._idle = 0
         self._busy = 0  # pool threads running a job
+        self._tasks_running = 0  # tasks running a job on the loop
         self._closed = False
         self._started = 0
 
@@ -40,9 +65,12 @@ class HandlerPool:
         threads while the pool is not full; one hand-over for the whole batch."""
         with self._condition:
             self._waiting.extend(runs)
+            batch = self._take_tasks()
             self._condition.notify(len(runs))
             while self._grow():
                 pass
+        if batch:
+            self._start_tasks(batch)
 
     def waiting(self) -> int:
         """How many submitted runs no thread has taken yet."""
@@ -66,8 +94,12 @@ class HandlerPool:
             if run.detached:
                 return
             run.detached = True
-            self._threads -= 1
-            self._busy -= 1  # its thread is no longer the pool's
+            if run.on_loop:
+                self._tasks_running -= 1  # its task is no longer the pool's
+            else:
+                self._threads -= 1
+                self._busy -= 1  # its thread is no longer the pool's
+            self._condition.notify()
             self._grow()
 
     def close(self) -> None:
@@ -75,6 +107,35 @@ class HandlerPool:
         with self._condition:
             self._closed = True
             self._condition.notify_all()
+
+    def _take_tasks(self) -> list[JobRun]:
+        # Caller holds the condition: the async runs at the head of the line that
+        # fit under ``size``, counted busy from now on.
+        batch: list[JobRun] = []
+        if self._tasks is None:
+            return batch
+        while self._waiting and self._waiting[0].on_loop and self._running() < self.size:
+            batch.append(self._waiting.popleft())
+            self._tasks_running += 1
+        return batch
+
+    def _running(self) -> int:
+        # Caller holds the condition.
+        return self._busy + self._tasks_running
+
+    def _start_tasks(self, batch: list[JobRun]) -> None:
+        assert self._tasks is not None
+        self._tasks.start(batch, self._task_done)
+
+    def _task_done(self, run: JobRun) -> list[JobRun]:
+        """A task's job is done: free its place; return the async runs to start next."""
+        with self._condition:
+            if not run.detached:
+                self._tasks_running -= 1
+            batch = self._take_tasks()
+            if self._waiting and self._running() < self.size:
+                self._condition.notify()  # a plain job is next: a thread takes it
+            return batch
 
     def _grow(self) -> bool:
         # Caller holds the condition. A new thread only when no idle one will take
@@ -96,15 +157,21 @@ class HandlerPool:
     def _loop(self) -> None:
         while True:
             with self._condition:
-                while not self._waiting and not self._closed:
+                # Tasks count as busy too: with ``size`` handlers running, wait.
+                while not self._closed and (not self._waiting or self._running() >= self.size):
                     self._idle += 1
                     self._condition.wait()
                     self._idle -= 1
-                if not self._waiting:
+                if not self._waiting or self._running() >= self.size:
                     self._threads -= 1
                     return
-                run = self._waiting.popleft()
-                self._busy += 1
+                batch = self._take_tasks()
+                if not batch:
+                    run = self._waiting.popleft()
+                    self._busy += 1
+            if batch:
+                self._start_tasks(batch)
+                continue
             self._execute(run)
             if run.detached:
                 return  # replaced while stuck in the handler; already out of the count

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlq_orm.core.lease import Lease
-from sqlq_orm.worker.handlers import JobContext
+from sqlq_orm.worker.handlers import AsyncJobContext, JobContext
 
 log = logging.getLogger("sqlq_orm.worker")
 
@@ -40,11 +40,18 @@ class JobRun:
     context: JobContext
     state: RunState = RunState.RUNNING
     in_handler: bool = False
-    """A handler thread is calling the job's handler right now."""
+    """A handler thread (or task) is calling the job's handler right now."""
     detached: bool = False
-    """Abandoned inside its handler: its thread left the pool and ends with the handler."""
+    """Abandoned inside its handler: its thread (or task) left the pool's count and ends
+    with the handler."""
     deadline: float | None = None
     """``time.monotonic()`` past which the job has run longer than its max runtime."""
+
+    @property
+    def on_loop(self) -> bool:
+        """Whether the job's handler is an ``async def``, run as a task on the worker's
+        event loop rather than on a handler thread."""
+        return isinstance(self.context, AsyncJobContext)
 
     def describe(self) -> str:
         """``job 7 attempt 2 (send_email)``: how the log names this run."""

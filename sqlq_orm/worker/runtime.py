@@ -14,6 +14,9 @@ One worker process has four kinds of threads:
 - one **completer thread** (:mod:`~sqlq_orm.worker.completer`) records the outcomes
   in groups: every success of a batch in one fenced statement, every failure in one
   transaction, attempt closes and events as multi-row inserts;
+- with ``async def`` handlers, one **event loop thread**
+  (:mod:`~sqlq_orm.worker.aio`) runs them as tasks, many at once; threads and tasks
+  together run at most ``concurrency`` handlers;
 - one **heartbeat thread** (:mod:`~sqlq_orm.worker.heartbeat`) renews every lease
   this worker holds with one statement every ``heartbeat_interval`` seconds, and
   upserts the worker's liveness row.
@@ -65,9 +68,10 @@ from sqlq_orm.db.engine import require_shared_database
 from sqlq_orm.errors import HandlersStuck, InvalidInput, LeaseLost
 from sqlq_orm.queue.queue import Queue
 from sqlq_orm.schema.mixins import QUEUE_MAX, WORKER_ID_MAX
+from sqlq_orm.worker.aio import HandlerLoop
 from sqlq_orm.worker.completer import Completer
 from sqlq_orm.worker.execution import JobExecutor
-from sqlq_orm.worker.handlers import Handler, HandlerRegistry, JobContext
+from sqlq_orm.worker.handlers import AsyncJobContext, Handler, HandlerRegistry, JobContext
 from sqlq_orm.worker.heartbeat import Heartbeat, once_more_if_disconnected
 from sqlq_orm.worker.outcomes import (
     INVALID_ERROR_CODE,
@@ -209,6 +213,7 @@ class Worker:
         self._runs = RunTable(capacity, self.max_abandoned, slot_freed=self._stop.wake)
         self._completer: Completer | None = None  # started by run()
         self._pool: HandlerPool | None = None
+        self._loop: HandlerLoop | None = None  # started by run() for async def handlers
         # The registry's recurring schedules (registry.periodic), unless run_schedules=False.
         self._scheduling = SchedulerThread.for_worker(
             queue, self.handlers if run_schedules else HandlerRegistry(), self.worker_id
@@ -259,7 +264,9 @@ class Worker:
             self._prefetch,
             worker_id=self.worker_id,
         )
-        self._pool = HandlerPool(self.concurrency, executor.execute)
+        if self.handlers.has_coroutines:
+            self._loop = HandlerLoop(executor.execute_async, self.handlers.loop_cleanups)
+        self._pool = HandlerPool(self.concurrency, executor.execute, tasks=self._loop)
         self._runs.handler_abandoned = self._pool.detach
         # A burst worker leaves once idle: it needs no listener for other processes.
         arrivals = self.queue.watch_for_jobs(
@@ -377,7 +384,8 @@ class Worker:
         return f"sweeper@{self.worker_id}"[:WORKER_ID_MAX]
 
     def _run_for(self, lease: Lease, leased_at: float) -> JobRun:
-        context = JobContext(
+        context_type = AsyncJobContext if self.handlers.is_coroutine(lease.type) else JobContext
+        context = context_type(
             job_id=lease.job_id,
             attempt=lease.attempt,
             type=lease.type,
@@ -445,6 +453,8 @@ class Worker:
             sweep_once(self.queue, actor=self._sweep_actor)
         if self._pool is not None:
             self._pool.close()
+        if self._loop is not None:
+            self._loop.close()
         if self._completer is not None:
             self._completer.close()
         self._heartbeat.stop(timeout=5)

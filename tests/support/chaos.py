@@ -31,6 +31,7 @@ self-fenced) as ``outcomes_discarded``, extra runs of one job as ``duplicate_run
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import random
@@ -52,11 +53,12 @@ import sqlq_orm
 from sqlq_orm import JobError, RetryPolicy
 from sqlq_orm.ops.invariants import check
 from sqlq_orm.schema.models import Base
-from sqlq_orm.worker.handlers import HandlerRegistry, JobContext
+from sqlq_orm.worker.handlers import AsyncJobContext, HandlerRegistry, JobContext
 
 ROOT = Path(__file__).resolve().parents[2]
 LOG_ENV = "SQLQ_CHAOS_LOG"
 JOB_TYPE = "chaos"
+ASYNC_JOB_TYPE = "chaos_async"
 LEASE_SECONDS = 3
 RETRY_BASE = 1.0
 
@@ -92,8 +94,28 @@ def chaos_job(ctx: JobContext) -> None:
     _record(ctx)
 
 
-def job_mix(rng: random.Random, count: int) -> list[dict[str, Any]]:
-    """``count`` job specs: mostly quick, some slow, flaky, fatal and poison."""
+@registry.handler(ASYNC_JOB_TYPE)
+async def chaos_async_job(ctx: AsyncJobContext) -> None:
+    """The same as :func:`chaos_job`, as a task on the worker's event loop.
+
+    A lost lease cancels the task; a frozen worker's tasks still come back believing
+    they succeeded, the zombies the fencing must stop.
+    """
+    payload = ctx.payload
+    kind = payload["kind"]
+    if kind == "poison" and ctx.attempt <= payload["poison_attempts"]:
+        os._exit(137)
+    if kind == "fatal":
+        raise JobError("CHAOS:FATAL", "this job can never succeed", retryable=False)
+    if kind == "flaky" and ctx.attempt <= payload["fail_attempts"]:
+        raise JobError("CHAOS:FLAKY", f"failing attempt {ctx.attempt} on purpose")
+    await asyncio.sleep(payload["seconds"])
+    _record(ctx)
+
+
+def job_mix(rng: random.Random, count: int, async_share: float = 0.0) -> list[dict[str, Any]]:
+    """``count`` job specs: mostly quick, some slow, flaky, fatal and poison; of them
+    ``async_share`` (drawn per job) for the ``async def`` handler."""
     jobs = []
     for _ in range(count):
         roll = rng.random()
@@ -114,7 +136,8 @@ def job_mix(rng: random.Random, count: int) -> list[dict[str, Any]]:
             always = rng.random() < 0.5
             payload = {"kind": "poison", "poison_attempts": 99 if always else 1, "seconds": 0.005}
             retries = 1 if always else 8
-        jobs.append({"type": JOB_TYPE, "payload": payload, "max_retries": retries})
+        job_type = ASYNC_JOB_TYPE if async_share and rng.random() < async_share else JOB_TYPE
+        jobs.append({"type": job_type, "payload": payload, "max_retries": retries})
     return jobs
 
 
@@ -143,6 +166,8 @@ class Settings:
     """How long the calm phase may take before unfinished jobs count as stuck."""
     workdir: Path | None = None
     verbose: bool = False
+    async_share: float = 0.0
+    """The share of jobs whose handler is ``async def`` (a mix of tasks and threads)."""
 
 
 @dataclass
@@ -286,7 +311,7 @@ def run_soak(settings: Settings) -> Report:
     payloads: dict[int, dict[str, Any]] = {}
 
     def enqueue(count: int) -> None:
-        specs = job_mix(rng, count)
+        specs = job_mix(rng, count, settings.async_share)
         ids = queue.enqueue_many(specs)
         payloads.update({job_id: spec["payload"] for job_id, spec in zip(ids, specs, strict=True)})
 
@@ -501,6 +526,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--workers", type=int, default=4, help="worker processes (default 4)")
     parser.add_argument("--concurrency", type=int, default=4, help="jobs per worker (default 4)")
+    parser.add_argument(
+        "--async-share", type=float, default=0.0,
+        help="share of jobs with an async def handler (default 0: all on threads)",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
 
@@ -527,6 +556,7 @@ def main(argv: list[str] | None = None) -> int:
             seed=seed,
             workdir=workdir,
             verbose=True,
+            async_share=args.async_share,
         )
     )
     print(json.dumps(asdict(report), indent=2) if args.json else report.summary(), flush=True)

@@ -30,13 +30,16 @@ def _assert_clean(report) -> None:
 
 @pytest.mark.chaos
 @pytest.mark.slow
+@pytest.mark.parametrize("async_share", [0.0, 0.5], ids=["threads", "threads-and-tasks"])
 def test_workers_killed_frozen_and_restarted_lose_no_job_and_accept_no_zombie_write(
-    db_url, tmp_path, capsys
+    db_url, tmp_path, capsys, async_share
 ):
+    # threads-and-tasks: half the jobs have an async def handler (tasks on each worker's
+    # event loop, beside the handler threads).
     seed = _seed()
     settings = Settings(
         db_url=db_url, seconds=15, jobs=500, workers=3, concurrency=4, seed=seed,
-        workdir=tmp_path, drain_seconds=180,
+        workdir=tmp_path, drain_seconds=180, async_share=async_share,
     )  # fmt: skip
 
     report = run_soak(settings)
