@@ -206,21 +206,7 @@ class Dependencies(QueueCore):
         ``depends_on`` and ``extra_parents``); return (id, queue)."""
         # Enqueueing's helpers (this mixin sits under it in Queue).
         enqueueing: Any = self
-        params = enqueueing._job_params(
-            spec.type,
-            spec.payload,
-            queue=spec.queue,
-            priority=spec.priority,
-            run_at=spec.run_at,
-            delay=spec.delay,
-            max_retries=spec.max_retries,
-            max_runtime_seconds=spec.max_runtime_seconds,
-            dedupe_key=spec.dedupe_key,
-            payload_ref=spec.payload_ref,
-            concurrency_key=spec.concurrency_key,
-            concurrency_limit=spec.concurrency_limit,
-        )
-        columns = validation.app_columns(dict(spec.columns), self._app_columns)
+        params, columns = enqueueing._spec_params(spec)
         request = self._dependency_request(
             (*parent_ids(spec.depends_on), *extra_parents), spec.on_parent_failure
         )

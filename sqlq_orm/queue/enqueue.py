@@ -85,6 +85,24 @@ class Enqueueing(Dependencies):
             "p_concurrency_limit": limit,
         }
 
+    def _spec_params(self, spec: JobSpec) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Validate one :class:`JobSpec`: the insert's parameters and its app columns."""
+        params = self._job_params(
+            spec.type,
+            spec.payload,
+            queue=spec.queue,
+            priority=spec.priority,
+            run_at=spec.run_at,
+            delay=spec.delay,
+            max_retries=spec.max_retries,
+            max_runtime_seconds=spec.max_runtime_seconds,
+            dedupe_key=spec.dedupe_key,
+            payload_ref=spec.payload_ref,
+            concurrency_key=spec.concurrency_key,
+            concurrency_limit=spec.concurrency_limit,
+        )
+        return params, validation.app_columns(dict(spec.columns), self._app_columns)
+
     @retry_if_rolled_back
     def enqueue(
         self,
@@ -234,21 +252,7 @@ class Enqueueing(Dependencies):
         for index, job in enumerate(jobs):
             try:
                 spec = job if isinstance(job, JobSpec) else JobSpec.from_mapping(job)
-                params = self._job_params(
-                    spec.type,
-                    spec.payload,
-                    queue=spec.queue,
-                    priority=spec.priority,
-                    run_at=spec.run_at,
-                    delay=spec.delay,
-                    max_retries=spec.max_retries,
-                    max_runtime_seconds=spec.max_runtime_seconds,
-                    dedupe_key=spec.dedupe_key,
-                    payload_ref=spec.payload_ref,
-                    concurrency_key=spec.concurrency_key,
-                    concurrency_limit=spec.concurrency_limit,
-                )
-                columns = validation.app_columns(dict(spec.columns), self._app_columns)
+                params, columns = self._spec_params(spec)
                 requests.append(self._dependency_request(spec.depends_on, spec.on_parent_failure))
             except (InvalidInput, TypeError) as exc:
                 raise InvalidInput(f"job #{index} of enqueue_many: {exc}") from None
