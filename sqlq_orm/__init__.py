@@ -5,6 +5,8 @@ and a queryable history of every attempt and event. SQLite by default; PostgreSQ
 (``FOR UPDATE SKIP LOCKED``) for many workers on many machines.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from sqlq_orm import migrate  # modules: sqlq_orm.migrate.upgrade(url)
 from sqlq_orm.core.backoff import RetryPolicy
 from sqlq_orm.core.lease import Lease
@@ -28,7 +30,6 @@ from sqlq_orm.ops import invariants
 from sqlq_orm.ops.retention import PruneResult, RetentionPolicy
 from sqlq_orm.ops.stats import QueueStats
 from sqlq_orm.ops.timeline import JobTimeline, RelatedJob, job_timeline
-from sqlq_orm.queue.aio import AsyncQueue
 from sqlq_orm.queue.queue import Queue
 from sqlq_orm.queue.types import (
     EnqueuedJob,
@@ -59,6 +60,21 @@ from sqlq_orm.schema.models import (
 from sqlq_orm.schema.states import AttemptStatus, Event, JobStatus
 from sqlq_orm.worker.handlers import AsyncJobContext, HandlerRegistry, JobContext
 from sqlq_orm.worker.runtime import Worker, WorkerStats
+
+if TYPE_CHECKING:
+    from sqlq_orm.queue.aio import AsyncQueue
+
+
+def __getattr__(name: str) -> Any:
+    """``sqlq_orm.AsyncQueue``, imported on first use: SQLAlchemy's asyncio extension
+    needs greenlet, which a synchronous install does not have (``sqlq_orm[asyncpg]``,
+    ``[aiosqlite]`` and ``[aiomysql]`` bring it)."""
+    if name == "AsyncQueue":
+        from sqlq_orm.queue.aio import AsyncQueue
+
+        return AsyncQueue
+    raise AttributeError(f"module 'sqlq_orm' has no attribute {name!r}")
+
 
 __all__ = [
     "AsyncJobContext",

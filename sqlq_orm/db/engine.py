@@ -11,15 +11,18 @@ from __future__ import annotations
 import os
 import warnings
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy
-import sqlalchemy.ext.asyncio
 from sqlalchemy.engine import Engine
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sqlq_orm.db.backends import find_backend
 from sqlq_orm.errors import InvalidInput, SqlqWarning
+
+if TYPE_CHECKING:
+    # Imported where used: SQLAlchemy's asyncio extension needs greenlet, which a
+    # synchronous install (SQLAlchemy 2.1 and later) does not bring.
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 DEFAULT_BUSY_TIMEOUT_MS = 30_000
 """How long a SQLite connection waits for the write lock before giving up."""
@@ -168,7 +171,10 @@ def create_async_engine(
     if default_driver is not None:
         parsed = parsed.set(drivername=f"{parsed.drivername}+{default_driver}")
     kwargs = {**DEFAULT_ENGINE_OPTIONS.get(parsed.get_backend_name(), {}), **kwargs}
-    engine = sqlalchemy.ext.asyncio.create_async_engine(parsed, **kwargs)
+    # Needs greenlet: see the TYPE_CHECKING import at the top.
+    from sqlalchemy.ext.asyncio import create_async_engine as create_asyncio_engine
+
+    engine = create_asyncio_engine(parsed, **kwargs)
     configure_engine(engine.sync_engine, busy_timeout_ms=busy_timeout_ms)
     return engine
 
