@@ -12,6 +12,7 @@ Extra arguments after the task go to the program it runs (e.g. ``test -k sweep``
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import venv
@@ -57,7 +58,49 @@ def main(argv: list[str]) -> int:
     else:
         command = [str(PYTHON), "-m", "bench", *rest]
     print("+ " + " ".join(command), flush=True)
-    return subprocess.call(command, cwd=ROOT)
+    return run(command)
+
+
+def run(command: list[str]) -> int:
+    """Run ``command`` to its end and return its status, passing on Ctrl-C and SIGTERM.
+
+    pytest stops at a Ctrl-C, runs its teardown (which drops the throw-away PostgreSQL
+    and MariaDB databases) and prints its summary; this waits for all of that
+    (``subprocess.call`` would SIGKILL it 0.25 s after the Ctrl-C). From a terminal,
+    the child stays in the terminal's foreground group (it may read the terminal:
+    ``--pdb``), so a Ctrl-C reaches it directly and is not sent twice; otherwise (a
+    script, CI, ``kill -INT``) the child has a process group of its own and each
+    SIGINT or SIGTERM sent here is passed on once. A second Ctrl-C cuts pytest's
+    teardown short, as it would without this script in between.
+    """
+    children: list[subprocess.Popen[bytes]] = []
+    interactive = _in_terminal_foreground()
+
+    def forward(signum: int, frame: object) -> None:
+        if signum == signal.SIGINT and interactive:
+            return  # the terminal sent it to the child as well
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signum)
+
+    # Before the child starts, so it inherits SIGINT's default action, not an "ignored"
+    # this process may have been started with (``nohup``, ``&`` in a script).
+    signal.signal(signal.SIGINT, forward)
+    signal.signal(signal.SIGTERM, forward)
+    if os.name == "posix" and not interactive:
+        children.append(subprocess.Popen(command, cwd=ROOT, process_group=0))
+    else:
+        children.append(subprocess.Popen(command, cwd=ROOT))
+    return children[0].wait()
+
+
+def _in_terminal_foreground() -> bool:
+    """Whether this process runs in the foreground of a terminal (Ctrl-C reaches its
+    whole process group from there)."""
+    try:
+        return os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp()
+    except OSError:
+        return False
 
 
 def lint(rest: list[str]) -> int:

@@ -108,6 +108,19 @@ class SchemaNewerThanCode(SqlqError):
         )
 
 
+class SchemaBehindCode(SqlqError):
+    """The database lacks tables or columns the queue's models declare.
+
+    The message names what is missing, where the database's sqlq schema stands, and
+    the revision or command that brings it up to date (``sqlq migrate``, or a revision
+    of the app's own Alembic). ``missing`` lists ``table`` or ``table.column`` names.
+    """
+
+    def __init__(self, message: str, missing: list[str]) -> None:
+        self.missing = missing
+        super().__init__(message)
+
+
 class JobError(SqlqError):
     """Raised by a handler to fail its job with a classified error.
 
@@ -130,12 +143,15 @@ class HandlersStuck(SqlqError):
     way to reclaim a Python thread.
     """
 
-    def __init__(self, worker_id: str, max_abandoned: int, stuck: list[str]) -> None:
+    def __init__(
+        self, worker_id: str, max_abandoned: int, stuck: list[str], *, what: str | None = None
+    ) -> None:
         self.worker_id = worker_id
         self.max_abandoned = max_abandoned
         self.stuck = stuck
+        what = what or f"{len(stuck)} abandoned handler threads"
         super().__init__(
-            f"worker {worker_id} stopped: {len(stuck)} abandoned handler threads are still "
-            f"running, more than its budget max_abandoned={max_abandoned} "
-            f"({'; '.join(stuck)}); restart the process to reclaim them"
+            f"worker {worker_id} stopped: {what} it gave up on are still running, more "
+            f"than its budget max_abandoned={max_abandoned} ({'; '.join(stuck)}); "
+            "restart the process to reclaim them"
         )

@@ -43,6 +43,7 @@ from sqlq_orm.migrations import (
     context_options,
     target_metadata,
 )
+from sqlq_orm.migrations.host import SQLQ_REVISION_PREFIX
 
 __all__ = [
     "check",
@@ -208,11 +209,20 @@ def _refuse_host_managed(connection: Connection, tables: set[str], ours: set[str
     recorded = _recorded(connection, HOST_VERSION_TABLE)
     if not recorded:
         return
+    if any(revision.startswith(SQLQ_REVISION_PREFIX) for revision in recorded):
+        # sqlq's revisions are a branch of the app's history: two heads.
+        todo = "run `alembic upgrade heads` in the app"
+    else:
+        # One head: sqlq's steps run inside the app's own revisions.
+        todo = (
+            "run `alembic upgrade head` in the app; to take sqlq's newer revisions, add "
+            "a revision of the app's whose upgrade() runs sqlq_orm.migrations.upgrade(op, "
+            f'to="{newest_revisions()[-1]}")'
+        )
     raise SqlqError(
         f"this database's schema is managed by your app's own Alembic "
         f"({HOST_VERSION_TABLE} records {sorted(recorded)}) and it already has sqlq's "
-        f"tables {sorted(ours)}: run `alembic upgrade heads` in the app instead of "
-        "`sqlq migrate`"
+        f"tables {sorted(ours)}: {todo}, instead of `sqlq migrate`"
     )
 
 

@@ -11,6 +11,7 @@ stuck handler threads used up its budget: restart it.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import sys
@@ -27,6 +28,7 @@ from sqlq_orm.cli.connect import (
     open_queue,
     shown_url,
 )
+from sqlq_orm.ops.render.text import printable
 from sqlq_orm.queue.types import SweepResult
 
 EXIT_HANDLERS_STUCK = 3
@@ -135,8 +137,8 @@ def worker(
 ) -> int:
     """Run a worker until SIGTERM/SIGINT (or, with --burst, until the queue is empty).
 
-    Exits 3 (:data:`EXIT_HANDLERS_STUCK`) if stuck handler threads spent the worker's
-    budget: restart it.
+    Exits with status 3 (:data:`EXIT_HANDLERS_STUCK`) when handlers stuck past their
+    deadline used up the worker's budget of abandoned ones: restart it then.
     """
     from sqlq_orm.errors import HandlersStuck
     from sqlq_orm.worker.handlers import load_registry
@@ -170,8 +172,14 @@ def worker(
         ).run()
     except HandlersStuck as exc:
         # The ERROR line naming the stuck jobs is in the log already.
-        print(f"sqlq: error: {exc}", file=sys.stderr)
-        return EXIT_HANDLERS_STUCK
+        print(f"sqlq: error: {printable(str(exc))}", file=sys.stderr)
+        # Leave now: the stuck threads and tasks are still running, and an interpreter
+        # shutdown would destroy the tasks mid-await ("Task was destroyed but it is
+        # pending", "coroutine ignored GeneratorExit") or wait on the threads.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        logging.shutdown()
+        os._exit(EXIT_HANDLERS_STUCK)
     return 0
 
 
@@ -291,7 +299,7 @@ def check(db: str | None, output: str = "text", models: str | None = None) -> in
         print(json.dumps({"ok": not violations, "violations": found}, indent=2))
     else:
         for violation in violations:
-            print(violation)
+            print(printable(str(violation)))
         if violations:
             print(f"{len(violations)} violation(s) of the queue's invariants")
         else:

@@ -32,8 +32,37 @@ class CommandError(SqlqError):
 
 
 def database_url(db: str | None) -> str:
-    """The URL to use: ``--db``, else ``$SQLQ_DATABASE_URL``, else ``sqlq.db`` here."""
+    """The URL to use: ``--db``, else ``$SQLQ_DATABASE_URL``, else ``sqlq.db`` here.
+
+    An empty ``--db ""`` (an unset shell variable, typically) is refused rather than
+    taken to mean the default file.
+    """
+    if db is not None and not db.strip():
+        raise CommandError(
+            "--db is empty (an unset shell variable?); give a database URL such as "
+            f"{DEFAULT_DB_URL} or postgresql://user@host/dbname, or leave --db out"
+        )
     return db or os.environ.get(DB_ENV_VAR) or DEFAULT_DB_URL
+
+
+def require_existing_sqlite_file(url: str) -> None:
+    """Refuse a SQLite URL whose file does not exist: connecting would create an empty
+    database there (a mistyped path), which only ``sqlq migrate`` and ``sqlq demo``
+    should do."""
+    try:
+        parsed = sqlalchemy.make_url(url)
+    except ArgumentError:
+        return  # open_engine says what is wrong with it
+    if parsed.get_backend_name() != "sqlite" or parsed.query.get("uri") in ("true", "1"):
+        return
+    path = parsed.database
+    if not path or path == ":memory:":
+        return
+    if not os.path.exists(path):
+        raise CommandError(
+            f"no database at {os.path.abspath(path)} (from {shown_url(url)}); check the "
+            "path, or create it with `sqlq migrate`"
+        )
 
 
 def shown_url(url: str) -> str:
@@ -130,11 +159,12 @@ def open_queue(
     nothing had. Read-only commands and the database's upkeep pass False. ``models``
     names the app's :class:`~sqlq_orm.Models` (see :func:`load_models`).
     """
+    require_existing_sqlite_file(database_url(db))
     engine = open_engine(db, **engine_kwargs)
     retry_policy = None
     if retry_base is not None:
         retry_policy = RetryPolicy(base_seconds=retry_base, max_seconds=max(retry_base, 3600.0))
-    queue = Queue(engine, retry_policy=retry_policy, models=load_models(models))
+    queue = Queue(engine, retry_policy=retry_policy, models=load_models(models), check_schema=False)
     jobs_table = queue.tables.jobs
     with queue.read() as connection:
         exists = sqlalchemy.inspect(connection).has_table(jobs_table.name, schema=jobs_table.schema)
@@ -145,4 +175,5 @@ def open_queue(
         )
     if refuse_newer_schema:
         check_schema_revision(engine)
+    queue.check_schema()  # tables or columns missing: the revision or command to run
     return queue

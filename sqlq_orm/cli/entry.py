@@ -2,12 +2,14 @@
 
 Any error prints one line to stderr (``sqlq: error: ...``), never a traceback, and
 exits 1 (2 for a usage error: a bad option, or an argument that is not UTF-8); ``-vv``
-logs the full error too.
+logs the full error too. A reader that goes away (``sqlq show 1 | head``) ends the
+command quietly with status 141, as SIGPIPE would.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -18,6 +20,7 @@ from sqlq_orm.cli.commands import worker
 from sqlq_orm.cli.connect import database_url, shown_url
 from sqlq_orm.cli.parser import build_parser, call_command
 from sqlq_orm.errors import SqlqError
+from sqlq_orm.ops.render.text import printable
 
 log = logging.getLogger("sqlq_orm.cli")
 
@@ -62,8 +65,41 @@ def _not_utf8(argv: Sequence[str]) -> str | None:
     return None
 
 
+class TerminalSafeFormatter(logging.Formatter):
+    """Log lines whose message is escaped for the terminal (job types, worker ids, error
+    details end up in log messages); a traceback after it keeps its own lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        record.message = printable(record.message)
+        return super().formatMessage(record)
+
+
+EXIT_BROKEN_PIPE = 128 + 13
+"""What a command whose reader went away returns (``sqlq show 1 | head``): the status of
+a process ended by SIGPIPE, as ``cat`` or ``git`` would have, and no traceback."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``sqlq``; returns the exit status."""
+    """Entry point of ``sqlq``; returns the exit status.
+
+    A reader that stops early (``| head``) ends the command quietly: the rest of the
+    output goes nowhere and the status is :data:`EXIT_BROKEN_PIPE`.
+    """
+    try:
+        try:
+            return _run(argv)
+        finally:
+            sys.stdout.flush()  # inside the guard: the output may still be buffered here
+    except BrokenPipeError:
+        # Python flushes stdout once more at exit; point it at /dev/null so that
+        # flush cannot raise (and print "Exception ignored ...") either.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE
+
+
+def _run(argv: Sequence[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     bad = _not_utf8(argv)
     if bad is not None:
@@ -74,7 +110,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     level = logging.WARNING
     if verbosity or args.command is worker:  # a worker's log is its activity record
         level = logging.DEBUG if verbosity > 1 else logging.INFO
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(TerminalSafeFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
     if verbosity < 2:  # Alembic says which dialect it uses each time it reads a revision
         logging.getLogger("alembic").setLevel(logging.WARNING)
     db = getattr(args, "db", None)
@@ -82,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return call_command(args.command, args)
     except (SqlqError, SQLAlchemyError, AlembicCommandError, *INPUT_ERRORS) as exc:
         log.debug("the full error", exc_info=exc)  # shown with -vv
-        print(f"sqlq: error: {_describe(exc, db)}", file=sys.stderr)
+        print(f"sqlq: error: {printable(_describe(exc, db))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import re
+import sys
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 from sqlq_orm.cli.commands import (
     cancel,
@@ -29,44 +34,75 @@ from sqlq_orm.cli.commands import (
     worker,
 )
 from sqlq_orm.cli.connect import DB_ENV_VAR, DEFAULT_DB_URL
+from sqlq_orm.core import validation
+from sqlq_orm.ops.render.text import printable
 
-MAX_JOB_ID = 2**63 - 1
-"""The largest id a job can have (a signed 64-bit integer, on every database)."""
+INT32_MAX = validation.INT32_MAX
 
 
 class Parser(argparse.ArgumentParser):
     """An argument parser whose usage errors are one line, like every other error."""
 
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        # argparse drops OSError here; a reader gone away (``sqlq --help | head``) must
+        # reach sqlq_orm.cli.main, which ends the command quietly.
+        if message:
+            (file or sys.stderr).write(message)
+
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"sqlq: error: {message} (see `{self.prog} --help`)\n")
+        self.exit(2, f"sqlq: error: {printable(message)} (see `{self.prog} --help`)\n")
 
 
 def job_id(text: str) -> int:
-    """A job id: a whole number from 1 to :data:`MAX_JOB_ID`."""
+    """A job id: a whole number from 1 to :data:`~sqlq_orm.core.validation.MAX_JOB_ID`."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-    if not 1 <= value <= MAX_JOB_ID:
+    if not 1 <= value <= validation.MAX_JOB_ID:
         raise argparse.ArgumentTypeError(
-            f"job id {text} is out of range: job ids go from 1 to {MAX_JOB_ID}"
+            f"job id {text} is out of range: job ids go from 1 to {validation.MAX_JOB_ID}"
         )
     return value
 
 
-def at_least(minimum: int) -> Callable[[str], int]:
-    """An argument type: a whole number no smaller than ``minimum``."""
+def whole_number(minimum: int, maximum: int = INT32_MAX) -> Callable[[str], int]:
+    """An argument type: a whole number from ``minimum`` to ``maximum``.
 
-    def whole_number(text: str) -> int:
+    Every integer option has one, so a value the database cannot hold is refused by
+    the parser, which names the option, instead of overflowing in the driver.
+    """
+
+    def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             value = None
-        if value is None or value < minimum:
-            raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {text!r}")
+        if value is None or not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(
+                f"expected a whole number from {minimum} to {maximum}, got {text!r}"
+            )
         return value
 
-    return whole_number
+    return parse
+
+
+_ROLE = re.compile(r":[a-z]+:`~?([^`<]*?)(?: <[^`]*>)?`")
+"""A Sphinx role (``:data:`~x.NAME` ``): shown as its last dotted part."""
+
+
+def _plain(text: str) -> str:
+    """A docstring paragraph as help text: one line, no reStructuredText markup."""
+    text = _ROLE.sub(lambda match: match.group(1).rsplit(".", 1)[-1], " ".join(text.split()))
+    return text.replace("``", "").replace("%", "%%")
+
+
+def command_help(function: Callable[..., int]) -> tuple[str, str]:
+    """``(summary, description)`` from a command function's docstring: its first
+    paragraph for the list of commands, all of it for the command's own ``--help``."""
+    paragraphs = [_plain(p) for p in inspect.cleandoc(function.__doc__ or "").split("\n\n")]
+    paragraphs = [p for p in paragraphs if p]
+    return paragraphs[0], " ".join(paragraphs)
 
 
 def parse_interval(text: str) -> float | tuple[float, float]:
@@ -109,8 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
 
     def add(name: str, function: Callable[..., int], **kwargs: Any) -> argparse.ArgumentParser:
-        doc = (function.__doc__ or "").strip().splitlines()[0]
-        sub = commands.add_parser(name, help=doc, description=doc, parents=[common], **kwargs)
+        summary, description = command_help(function)
+        sub = commands.add_parser(
+            name, help=summary, description=description, parents=[common], **kwargs
+        )
         sub.set_defaults(command=function)
         return sub
 
@@ -120,10 +158,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("job_type", metavar="TYPE", help="job type (the handler's name)")
     p.add_argument("--payload", metavar="JSON", help="payload as JSON text")
     p.add_argument("--queue", default="default", help="queue name (default: default)")
-    p.add_argument("--priority", type=int, default=0, help="higher runs first (default 0)")
+    p.add_argument(
+        "--priority",
+        type=whole_number(validation.INT32_MIN),
+        default=0,
+        help="higher runs first (default 0)",
+    )
     p.add_argument("--delay", type=float, metavar="SECONDS", help="do not run before this delay")
-    p.add_argument("--max-retries", type=int, metavar="N", help="retries after a failure")
-    p.add_argument("--max-runtime", type=int, metavar="SECONDS", help="end the run after this")
+    p.add_argument(
+        "--max-retries", type=whole_number(0), metavar="N", help="retries after a failure"
+    )
+    p.add_argument(
+        "--max-runtime", type=whole_number(1), metavar="SECONDS", help="end the run after this"
+    )
     p.add_argument("--dedupe-key", metavar="KEY", help="no second unfinished job with this key")
     p.add_argument("--payload-ref", metavar="REF", help="pointer to large input kept elsewhere")
     p.add_argument(
@@ -131,11 +178,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="at most --concurrency-limit jobs with this key run at once",
     )  # fmt: skip
     p.add_argument(
-        "--concurrency-limit", type=int, metavar="N",
+        "--concurrency-limit", type=whole_number(1), metavar="N",
         help="how many jobs of --concurrency-key may run at once (default 1)",
     )  # fmt: skip
     p.add_argument(
-        "--depends-on", type=int, action="append", metavar="ID",
+        "--depends-on", type=job_id, action="append", metavar="ID",
         help="wait until job ID has succeeded (repeat for several parents)",
     )  # fmt: skip
     p.add_argument(
@@ -152,15 +199,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--queue", dest="queues", action="append", metavar="NAME",
         help="queue to serve (repeatable; default: default)",
     )  # fmt: skip
-    p.add_argument("--concurrency", type=int, default=1, help="jobs at once (default 1)")
+    p.add_argument(
+        "--concurrency", type=whole_number(1, 10_000), default=1, help="jobs at once (default 1)"
+    )
     p.add_argument(
         "--prefetch",
-        type=int,
+        type=whole_number(0, 100_000),
         default=None,
         help="claimed jobs that may wait for a free thread, at most (default 100; "
         "only as many as the threads reach in 0.25 s at the handlers' pace)",
     )
-    p.add_argument("--lease", type=int, default=30, metavar="SECONDS", help="lease (default 30)")
+    p.add_argument(
+        "--lease", type=whole_number(1), default=30, metavar="SECONDS", help="lease (default 30)"
+    )
     p.add_argument("--heartbeat", type=float, metavar="SECONDS", help="default: lease / 3")
     p.add_argument(
         "--poll", type=float, default=1.0, metavar="SECONDS",
@@ -206,9 +257,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--watch", type=float, metavar="SECONDS", help="redraw every SECONDS until Ctrl-C"
     )
-    p.add_argument("--top", type=int, default=10, metavar="N", help="failure reasons (10)")
     p.add_argument(
-        "--worker-stale", type=int, default=60, metavar="SECONDS",
+        "--top", type=whole_number(1, 1000), default=10, metavar="N", help="failure reasons (10)"
+    )
+    p.add_argument(
+        "--worker-stale", type=whole_number(1), default=60, metavar="SECONDS",
         help="a worker not seen for this long is reported silent (default 60)",
     )  # fmt: skip
 
@@ -234,10 +287,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("prune", prune)
     p.add_argument("--dry-run", action="store_true", help="count what is due; delete nothing")
     p.add_argument(
-        "--batch", type=int, default=5000, metavar="N", help="jobs per transaction (5000)"
+        "--batch",
+        type=whole_number(1, 1_000_000),
+        default=5000,
+        metavar="N",
+        help="jobs per transaction (5000)",
     )
     p.add_argument(
-        "--max-batches", type=int, metavar="N",
+        "--max-batches", type=whole_number(1), metavar="N",
         help="stop after N delete transactions (run again to continue)",
     )  # fmt: skip
     for option, default in (
@@ -247,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
             option, f"{option.upper()} jobs"
         )
         p.add_argument(
-            f"--{option}-days", type=int, metavar="N",
+            f"--{option}-days", type=whole_number(-1, 1_000_000), metavar="N",
             help=f"keep {what} N days; -1 keeps forever (default {default})",
         )  # fmt: skip
     add_output(p)
@@ -265,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("dashboard", dashboard)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=at_least(1), default=8765, help="port (default 8765)")
+    p.add_argument("--port", type=whole_number(1, 65535), default=8765, help="port (default 8765)")
     p.add_argument(
         "--enable-actions", action="store_true",
         help="allow retry and cancel from the browser (default: read-only)",
@@ -275,14 +332,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="function(request) -> bool asked on every request; required off loopback",
     )  # fmt: skip
     p.add_argument(
-        "--refresh", type=at_least(0), default=5, metavar="SECONDS",
+        "--refresh", type=whole_number(0, 86_400), default=5, metavar="SECONDS",
         help="pages refresh themselves this often; 0: never (default 5)",
     )  # fmt: skip
 
     p = add("demo", demo)
     p.add_argument("--path", metavar="DIR", help="directory for the demo database (default: temp)")
-    p.add_argument("--jobs", type=at_least(2), default=300, help="how many jobs (default 300)")
-    p.add_argument("--workers", type=at_least(1), default=3, help="worker processes (default 3)")
+    p.add_argument(
+        "--jobs", type=whole_number(2, 1_000_000), default=300, help="how many jobs (default 300)"
+    )
+    p.add_argument(
+        "--workers", type=whole_number(1, 64), default=3, help="worker processes (default 3)"
+    )
     return parser
 
 

@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo
 from sqlq_orm.core.cron import time_zone
 from sqlq_orm.core.schedule import Schedule
 from sqlq_orm.errors import InvalidInput
+from sqlq_orm.ops.render.text import printable
 from sqlq_orm.queue.types import ScheduleState
 
 
@@ -75,7 +76,8 @@ def _local(epoch: int | None, zone_name: str) -> str:
 
 
 def render_text(lines: Sequence[ScheduleLine], now: int) -> str:
-    """A fixed-width table; times in each schedule's own time zone."""
+    """A fixed-width table; times in each schedule's own time zone. Every cell is
+    escaped for the terminal (:func:`~sqlq_orm.ops.render.text.printable`)."""
     if not lines:
         return "no schedules (declare them with registry.periodic(...) and run a worker)"
     header = ("NAME", "CRON", "TIMEZONE", "TYPE", "QUEUE", "LAST RUN", "NEXT RUN", "")
@@ -89,10 +91,11 @@ def render_text(lines: Sequence[ScheduleLine], now: int) -> str:
         )
         for line in lines
     ]  # fmt: skip
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    cells = [[printable(cell) for cell in row] for row in table]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     return "\n".join(
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in table
+        for row in cells
     )
 
 

@@ -8,7 +8,7 @@ is. Pure functions; the queue runs the guarded write that makes each slot happen
 
 from __future__ import annotations
 
-import json
+import sys
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -95,9 +95,9 @@ class Schedule:
         validation.require_int(
             "catch_up_limit", catch_up_limit, minimum=1, maximum=MAX_CATCH_UP_LIMIT
         )
-        try:
-            json.dumps(payload, allow_nan=False)
-        except (TypeError, ValueError) as exc:
+        try:  # the size cap is the queue's, checked at each slot's enqueue
+            validation.encode_payload(payload, max_bytes=sys.maxsize)
+        except InvalidInput as exc:
             raise InvalidInput(f"payload of schedule {name!r} is not JSON: {exc}") from None
         return cls(
             name=name,

@@ -26,6 +26,10 @@ INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
 """Bounds of the INTEGER columns (priority, retries, runtimes) on every database."""
 
+MAX_JOB_ID = 2**63 - 1
+"""The largest id a job can have: ids are signed 64-bit integers on every database, and
+the first is 1."""
+
 MAX_EPOCH_SECONDS = 253_402_300_799
 """9999-12-31T23:59:59Z: a run_at beyond this is a mistake, not a schedule."""
 
@@ -97,6 +101,22 @@ def optional_int(
     return require_int(argument, value, minimum=minimum, maximum=maximum)
 
 
+def job_id(value: object, argument: str = "job_id") -> int:
+    """A job id: an ``int`` (not a ``bool``, float or string) from 1 to :data:`MAX_JOB_ID`.
+
+    Every call that takes a job id checks it here, so a value no job can have (0, a
+    negative number, one past 64 bits) is refused with the argument's name instead of
+    reaching the driver (where it overflows, or silently matches nothing).
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(f"{argument} must be an integer, got {_short(value)}")
+    if not 1 <= value <= MAX_JOB_ID:
+        raise InvalidInput(
+            f"{argument} must be a job id from 1 to {MAX_JOB_ID} (2**63 - 1), got {_short(value)}"
+        )
+    return int(value)  # an EnqueuedJob (an int subclass) binds as a plain int
+
+
 def lease_seconds(value: object) -> int:
     """A lease length: a whole number of seconds, at least 1."""
     return require_int("lease_seconds", value, minimum=1, maximum=INT32_MAX)
@@ -141,6 +161,7 @@ def encode_payload(payload: object, max_bytes: int) -> str | None:
             "payload is nested too deeply to serialise (Python's recursion limit is "
             f"{sys.getrecursionlimit()}); flatten it"
         ) from None
+    _require_string_keys(payload)
     _require_encodable("payload", text)
     size = len(text.encode("utf-8"))
     if size > max_bytes:
@@ -149,6 +170,76 @@ def encode_payload(payload: object, max_bytes: int) -> str | None:
             "Store large data elsewhere and pass its location as payload_ref"
         )
     return text
+
+
+def _require_string_keys(payload: object) -> None:
+    """Refuse a mapping key that is not a string, at any depth.
+
+    JSON object keys are strings: ``json.dumps`` turns ``1``, ``1.5``, ``True`` and
+    ``None`` keys into ``"1"``, ``"1.5"``, ``"true"`` and ``"null"`` without a word, so a
+    handler would read back another payload than the one enqueued (and ``{1: "a", "1":
+    "b"}`` would lose ``"a"``). Runs after ``json.dumps`` has accepted the payload: the
+    quick check walks only dicts, lists and tuples (about half the time ``json.dumps``
+    takes); the path to the offending key is worked out only once one is found.
+    """
+    if type(payload) in _SCALARS or not isinstance(payload, _CONTAINERS):
+        return
+    try:
+        if _string_keys_only(payload):
+            return
+    except RecursionError:
+        raise InvalidInput(
+            "payload is nested too deeply to check (Python's recursion limit is "
+            f"{sys.getrecursionlimit()}); flatten it"
+        ) from None
+    path, key = _first_non_string_key(payload)
+    where = "payload" + "".join(f"[{step!r}]" for step in path)
+    raise InvalidInput(
+        f"payload keys must be strings: {where} has the key {_short(key)} "
+        f"({type(key).__name__}), which JSON would silently turn into the string "
+        f"'{json.dumps(key)}'; convert it yourself (e.g. str(key))"
+    )
+
+
+def _string_keys_only(node: Any) -> bool:
+    """True when every dict in ``node`` (a dict, list or tuple) has only string keys."""
+    if isinstance(node, dict):
+        for key, item in node.items():
+            if type(key) is not str and not isinstance(key, str):
+                return False
+            if (
+                type(item) not in _SCALARS
+                and isinstance(item, _CONTAINERS)
+                and not _string_keys_only(item)
+            ):
+                return False
+        return True
+    for item in node:
+        if (
+            type(item) not in _SCALARS
+            and isinstance(item, _CONTAINERS)
+            and not _string_keys_only(item)
+        ):
+            return False
+    return True
+
+
+_CONTAINERS = (dict, list, tuple)
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _first_non_string_key(payload: Any) -> tuple[tuple[object, ...], object]:
+    """The path to the first key that is not a string, and that key (one is known to be)."""
+    stack: list[tuple[Any, tuple[object, ...]]] = [(payload, ())]
+    while stack:
+        node, path = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, item in items:
+            if isinstance(node, dict) and not isinstance(key, str):
+                return path, key
+            if isinstance(item, _CONTAINERS):
+                stack.append((item, (*path, key)))
+    raise AssertionError("no key that is not a string")
 
 
 def schedule(run_at: object, delay: object) -> tuple[int | None, int]:

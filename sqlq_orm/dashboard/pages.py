@@ -138,7 +138,7 @@ class Pages:
         job_id = int(request.path_params["job_id"])
         try:
             timeline = await run_in_threadpool(job_timeline, self.queue, job_id)
-        except JobNotFound:
+        except (JobNotFound, InvalidInput):  # no such job, or an id no job can have
             return self.render.page(
                 request,
                 "error.html",

@@ -73,8 +73,9 @@ def adopt_engine(engine: Engine) -> None:
 
     On SQLite a plain engine runs with foreign keys off (no ``ON DELETE CASCADE``, no
     ``SET NULL``), the rollback journal and no busy timeout. The hooks are installed
-    here, the connections already pooled without them are dropped, and a
-    :class:`~sqlq_orm.errors.SqlqWarning` says to configure the engine at start-up.
+    here; if the engine has already connected, the connections pooled without them are
+    dropped and a :class:`~sqlq_orm.errors.SqlqWarning` says to configure the engine at
+    start-up (an engine that never connected missed nothing: no warning).
     Elsewhere the hooks are installed quietly: nothing depends on when (MariaDB's set
     the isolation of the queue's own write transactions as each begins).
     """
@@ -84,6 +85,11 @@ def adopt_engine(engine: Engine) -> None:
     configure_engine(engine)
     if not backend.needs_hooks:
         return  # nothing a pooled connection missed (MariaDB's hooks act per transaction)
+    if engine.dialect.server_version_info is None:
+        # Never connected (the dialect reads the server's version on the first
+        # connection): every connection gets the hooks, as if configured at start-up.
+        # Flask-SQLAlchemy's db.engine, made by init_app, is such an engine.
+        return
     engine.dispose()  # idle connections made before the hooks: the next ones get them
     warnings.warn(
         f"the queue was given a {backend.title} engine without sqlq_orm's connection "

@@ -19,6 +19,7 @@ Standalone runs record their revision in :data:`VERSION_TABLE`, not in
 
 from __future__ import annotations
 
+import functools
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -27,14 +28,16 @@ from sqlalchemy import MetaData
 
 # Imported for its side effect too: registers compare_index_order with autogenerate.
 from sqlq_orm.migrations.compare import compare_index_order
-from sqlq_orm.migrations.host import downgrade, safe_migration, upgrade
+from sqlq_orm.migrations.host import downgrade, place_app_revisions, safe_migration, upgrade
 
 __all__ = [
     "BRANCH_LABEL",
+    "NEWEST_REVISION",
     "VERSIONS_DIR",
     "VERSION_TABLE",
     "compare_index_order",
     "downgrade",
+    "place_app_revisions",
     "safe_migration",
     "upgrade",
 ]
@@ -59,6 +62,38 @@ DEFAULT_DATABASE_URL = "sqlite:///sqlq.db"
 
 DATABASE_URL_ENV = "SQLQ_DATABASE_URL"
 """Environment variable naming the database when no URL is passed."""
+
+
+NEWEST_REVISION: str
+"""The newest sqlq revision this release ships (``"sqlq_0005"``...), read from the
+revisions themselves on first use: ``sqlq_orm.migrations.upgrade(op,
+to=sqlq_orm.migrations.NEWEST_REVISION)`` in a host revision written for this release."""
+
+
+def __getattr__(name: str) -> str:
+    # Computed on first use: reading the revisions imports every one of them.
+    if name == "NEWEST_REVISION":
+        return newest_revision()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def newest_revision() -> str:
+    """The head of sqlq's revisions (see :data:`NEWEST_REVISION`)."""
+    return ordered_revisions()[-1]
+
+
+@functools.cache
+def ordered_revisions() -> list[str]:
+    """sqlq's revision ids, oldest first (one line: sqlq's revisions never branch)."""
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.set_main_option("path_separator", "os")
+    return [str(script.revision) for script in ScriptDirectory.from_config(cfg).walk_revisions()][
+        ::-1
+    ]
 
 
 def target_metadata() -> MetaData:
@@ -90,7 +125,8 @@ def context_options(metadata: MetaData) -> dict[str, Any]:
         "compare_type": True,
         # Batch mode is how SQLite alters tables; elsewhere it emits plain ALTERs.
         "render_as_batch": True,
-        # SQLite's DDL is transactional too (pysqlite's own transaction handling is
-        # off): one upgrade is one transaction, all or nothing, on every database.
-        "transactional_ddl": True,
+        # No transactional_ddl: safe_migration makes one upgrade one transaction where
+        # DDL is transactional (SQLite, PostgreSQL) and lets Alembic commit after each
+        # revision where it is not (MySQL), so a failed revision keeps the ones before
+        # it recorded.
     }

@@ -72,7 +72,9 @@ def finished_history(
     bad arguments raise :class:`~sqlq_orm.errors.InvalidInput`.
     """
     buckets = validation.require_int("buckets", buckets, minimum=1, maximum=1000)
-    window_seconds = validation.require_int("window_seconds", window_seconds, minimum=buckets)
+    window_seconds = validation.require_int(
+        "window_seconds", window_seconds, minimum=buckets, maximum=validation.INT32_MAX
+    )
     if window_seconds % buckets:
         raise InvalidInput(
             f"window_seconds must be a multiple of buckets ({buckets}), got {window_seconds}"

@@ -60,7 +60,8 @@ class JobFilter:
         validation.optional_name("type", self.type, TYPE_MAX)
         validation.optional_name("error_code", self.error_code, ERROR_CODE_MAX)
         validation.optional_name("dedupe_key", self.dedupe_key, DEDUPE_KEY_MAX)
-        validation.optional_int("job_id", self.job_id, minimum=1)
+        if self.job_id is not None:
+            validation.job_id(self.job_id)
 
     @property
     def is_empty(self) -> bool:

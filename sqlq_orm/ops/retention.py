@@ -247,7 +247,9 @@ def prune(
     policy = policy or RetentionPolicy()
     if not isinstance(policy, RetentionPolicy):
         raise InvalidInput(f"policy must be a RetentionPolicy, got {policy!r}")
-    batch_size = validation.require_int("batch_size", batch_size, minimum=1)
+    batch_size = validation.require_int(
+        "batch_size", batch_size, minimum=1, maximum=validation.INT32_MAX
+    )
     if max_batches is not None:
         max_batches = validation.require_int("max_batches", max_batches, minimum=1)
     context = context_of(queue)

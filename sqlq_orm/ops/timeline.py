@@ -231,7 +231,7 @@ def job_timeline(
 
     Raises :class:`~sqlq_orm.errors.JobNotFound` when there is no such job.
     """
-    validation.require_int("job_id", job_id)
+    validation.job_id(job_id)
     context = context_of(queue)
     q = TimelineQueries(context.tables)
     with context.snapshot() as connection:

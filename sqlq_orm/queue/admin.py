@@ -31,7 +31,7 @@ class Administration(Dependencies):
         :class:`~sqlq_orm.errors.JobNotFound` or
         :class:`~sqlq_orm.errors.InvalidTransition` (already finished).
         """
-        validation.require_int("job_id", job_id)
+        validation.job_id(job_id)
         with self._write() as connection:
             status, attempt_count, _ = self._locked_status(connection, job_id)
             if status in TERMINAL:
@@ -64,7 +64,7 @@ class Administration(Dependencies):
         were cancelled because this one failed (``DEPENDENCY:FAILED``) stay cancelled:
         retry them too if they should run.
         """
-        validation.require_int("job_id", job_id)
+        validation.job_id(job_id)
         with self._write() as connection:
             status, _, _ = self._locked_status(connection, job_id)
             if status not in (JobStatus.FAILED, JobStatus.CANCELLED):
@@ -105,7 +105,7 @@ class Administration(Dependencies):
 
     def get_job(self, job_id: int) -> Any:
         """Return the job (with ``attempts`` and ``events`` loaded) or raise JobNotFound."""
-
+        validation.job_id(job_id)
         job_model = self.models.job
         with self.session() as session:
             job = session.get(

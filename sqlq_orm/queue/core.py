@@ -10,10 +10,10 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeAlias, TypeVar
 
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
@@ -28,9 +28,19 @@ from sqlq_orm.db.tables import Models
 from sqlq_orm.errors import (
     InvalidInput,
 )
+from sqlq_orm.queue import app_columns
+from sqlq_orm.queue.schema import require_current_schema
 from sqlq_orm.schema.states import Event
 
+if TYPE_CHECKING:  # the asyncio extension needs greenlet: never imported at run time here
+    from sqlalchemy.ext.asyncio import AsyncSession
+
 log = logging.getLogger("sqlq_orm")
+
+SessionArg: TypeAlias = "Session | AsyncSession | None"
+"""The ``session=`` of every enqueue call: a :class:`~sqlalchemy.orm.Session` for
+:class:`~sqlq_orm.Queue`, an :class:`~sqlalchemy.ext.asyncio.AsyncSession` for
+:class:`~sqlq_orm.AsyncQueue` (one definition serves both; each refuses the other's)."""
 
 DEFAULT_LEASE_SECONDS = 30
 DEFAULT_HEARTBEAT_EVENT_INTERVAL = 300.0
@@ -55,9 +65,12 @@ RETRIES_AFTER_ROLLBACK = 3
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
+_Q = TypeVar("_Q", bound="QueueCore")
 
 
-def retry_if_rolled_back(method: Callable[_P, _R]) -> Callable[_P, _R]:
+def retry_if_rolled_back(
+    method: Callable[Concatenate[_Q, _P], _R],
+) -> Callable[Concatenate[_Q, _P], _R]:
     """Run a queue operation again when its own transaction was rolled back whole.
 
     Only for operations that do all their writes in one transaction of their own: a
@@ -69,14 +82,12 @@ def retry_if_rolled_back(method: Callable[_P, _R]) -> Callable[_P, _R]:
     """
 
     @functools.wraps(method)
-    def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        queue = args[0]
-        assert isinstance(queue, QueueCore)
+    def run(queue: _Q, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         if kwargs.get("session") is not None:
-            return method(*args, **kwargs)
+            return method(queue, *args, **kwargs)
         for attempt in range(RETRIES_AFTER_ROLLBACK + 1):
             try:
-                return method(*args, **kwargs)
+                return method(queue, *args, **kwargs)
             except DBAPIError as exc:
                 if attempt == RETRIES_AFTER_ROLLBACK or not queue.dialect.is_retryable(exc):
                     raise
@@ -87,6 +98,17 @@ def retry_if_rolled_back(method: Callable[_P, _R]) -> Callable[_P, _R]:
         raise AssertionError("unreachable")
 
     return run
+
+
+def _sync_session(session: SessionArg) -> Session | None:
+    """The caller's synchronous session; an ``AsyncSession`` is refused (it belongs to
+    :class:`~sqlq_orm.AsyncQueue`, which hands this queue its ``sync_session``)."""
+    if session is not None and hasattr(session, "sync_session"):
+        raise InvalidInput(
+            f"session= got an AsyncSession ({session!r}); pass it to sqlq_orm.AsyncQueue, "
+            "or give sqlq_orm.Queue a synchronous Session"
+        )
+    return session
 
 
 def detail_json(detail: Mapping[str, Any] | None) -> str | None:
@@ -114,6 +136,7 @@ class QueueCore:
         default_lease_seconds: int = DEFAULT_LEASE_SECONDS,
         payload_max_bytes: int = validation.DEFAULT_PAYLOAD_MAX_BYTES,
         heartbeat_event_interval: float = DEFAULT_HEARTBEAT_EVENT_INTERVAL,
+        check_schema: bool = True,
     ) -> None:
         if isinstance(bind, sessionmaker):
             engine = bind.kw.get("bind")
@@ -136,12 +159,26 @@ class QueueCore:
         self.tables = self.context.tables
         self.sql = self.context.sql
         self._app_columns = frozenset(self.sql.app_column_names)
+        self._app_column_rules = app_columns.describe(self.sql.app_columns)
+        if check_schema and not bind.dialect.is_async:
+            # An asyncio engine cannot read here (no greenlet): AsyncQueue checks on its
+            # first operation instead.
+            require_current_schema(self.context, stacklevel=3)
+
+    def check_schema(self) -> None:
+        """Raise :class:`~sqlq_orm.errors.SchemaBehindCode` if the database lacks tables or
+        columns the models declare, naming the revision or command that adds them; warn
+        (:class:`~sqlq_orm.errors.SqlqWarning`) if its tables have columns the models
+        do not map. Done once per engine and models in a process, at construction
+        (``check_schema=False`` skips it: code that must build a queue before the
+        migrations run, e.g. an app factory a migration command imports)."""
+        require_current_schema(self.context, stacklevel=2)
 
     # ------------------------------------------------------------------ plumbing
 
-    def _write(self, session: Session | None = None) -> AbstractContextManager[Connection]:
+    def _write(self, session: SessionArg = None) -> AbstractContextManager[Connection]:
         """A write transaction: the caller's session's, or a short one of our own."""
-        return self.context.write(session)
+        return self.context.write(_sync_session(session))
 
     def read(self) -> AbstractContextManager[Connection]:
         """A read-only transaction that never takes SQLite's write lock."""
@@ -161,13 +198,14 @@ class QueueCore:
                 self.sql.notify_jobs, {"p_channel": self.sql.wake_channel, "p_queue": name}
             )
 
-    def _wake_workers(self, session: Session | None, queues: Iterable[str]) -> None:
+    def _wake_workers(self, session: SessionArg, queues: Iterable[str]) -> None:
         """Wake this process's idle workers on ``queues``: now (our own transaction has
         committed) or when the caller's ``session`` commits."""
-        if session is None:
+        caller = _sync_session(session)
+        if caller is None:
             self.context.wakeups.notify(queues)
         else:
-            self.context.wakeups.notify_after_commit(session, queues)
+            self.context.wakeups.notify_after_commit(caller, queues)
 
     def _write_events(self, connection: Connection, rows: list[dict[str, Any]]) -> None:
         if len(rows) >= _ARRAYS_FROM and self.sql.insert_events_from_arrays is not None:
@@ -187,6 +225,26 @@ class QueueCore:
             "p_actor": actor,
             "p_detail": detail_json(detail),
         }
+
+    def _check_app_values(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """App column values by name, checked against their columns (InvalidInput)."""
+        checked = validation.app_columns(dict(values), self._app_columns)
+        app_columns.check_values(self.tables.jobs.name, self._app_column_rules, checked)
+        return checked
+
+    @contextmanager
+    def _app_values_refused(
+        self, connection: Connection, shown: str, session: SessionArg
+    ) -> Iterator[None]:
+        """Around a job insert: what the database refuses of the app's columns is the
+        caller's bad input (a job table without app columns has nothing to refuse)."""
+        if not self._app_column_rules:
+            yield
+            return
+        with app_columns.refusals_reported(
+            connection, shown, in_callers_transaction=session is not None
+        ):
+            yield
 
     def _lease_params(self, lease: Lease) -> dict[str, Any]:
         if not isinstance(lease, Lease):

@@ -20,14 +20,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.engine import Connection
-from sqlalchemy.orm import Session
 
 from sqlq_orm.core import validation
 from sqlq_orm.db.statements.dependencies import POLICIES
 from sqlq_orm.errors import InvalidInput
 from sqlq_orm.ops.timeline import RelatedJob, TimelineQueries
-from sqlq_orm.queue.core import SYSTEM_ACTOR, QueueCore, retry_if_rolled_back
-from sqlq_orm.queue.types import JobSpec
+from sqlq_orm.queue.app_columns import shown_values
+from sqlq_orm.queue.core import SYSTEM_ACTOR, QueueCore, SessionArg, retry_if_rolled_back
+from sqlq_orm.queue.types import EnqueuedJob, JobSpec
 from sqlq_orm.schema.states import TERMINAL, Event, JobStatus
 
 MAX_PARENTS = 1000
@@ -43,8 +43,8 @@ def parent_ids(depends_on: object) -> tuple[int, ...]:
     if isinstance(depends_on, (str, bytes, int)) or not isinstance(depends_on, Iterable):
         raise InvalidInput(f"depends_on must be a list of job ids, got {depends_on!r}")
     ids: dict[int, None] = {}
-    for value in depends_on:
-        ids[validation.require_int("depends_on id", value, minimum=1)] = None
+    for position, value in enumerate(depends_on):
+        ids[validation.job_id(value, f"depends_on[{position}]")] = None
     if len(ids) > MAX_PARENTS:
         raise InvalidInput(f"depends_on names {len(ids)} jobs; the limit is {MAX_PARENTS}")
     return tuple(ids)
@@ -139,8 +139,8 @@ class Dependencies(QueueCore):
 
     @retry_if_rolled_back
     def enqueue_chain(
-        self, jobs: Sequence[JobSpec | Mapping[str, Any]], *, session: Session | None = None
-    ) -> list[int]:
+        self, jobs: Sequence[JobSpec | Mapping[str, Any]], *, session: SessionArg = None
+    ) -> list[EnqueuedJob]:
         """Enqueue ``jobs`` so that each waits for the one before; return their ids.
 
         One transaction. A spec's own ``depends_on`` is kept, and the previous job is
@@ -148,7 +148,7 @@ class Dependencies(QueueCore):
         ``dedupe_key`` that matches an unfinished job links the chain to that job.
         """
         specs = self._specs(jobs, "enqueue_chain")
-        ids: list[int] = []
+        ids: list[EnqueuedJob] = []
         queues: set[str] = set()
         with self._write(session) as connection:
             for spec in specs:
@@ -166,15 +166,15 @@ class Dependencies(QueueCore):
         parents: Sequence[JobSpec | Mapping[str, Any]],
         then: JobSpec | Mapping[str, Any],
         *,
-        session: Session | None = None,
-    ) -> list[int]:
+        session: SessionArg = None,
+    ) -> list[EnqueuedJob]:
         """Enqueue ``parents`` and a job ``then`` that waits for all of them.
 
         One transaction; returns the parents' ids followed by the last job's id.
         """
         specs = self._specs(parents, "enqueue_fan_in parents")
         (last,) = self._specs([then], "enqueue_fan_in then")
-        ids: list[int] = []
+        ids: list[EnqueuedJob] = []
         queues: set[str] = set()
         with self._write(session) as connection:
             for spec in specs:
@@ -201,9 +201,9 @@ class Dependencies(QueueCore):
 
     def _enqueue_spec(
         self, connection: Connection, spec: JobSpec, extra_parents: tuple[int, ...]
-    ) -> tuple[int, str]:
+    ) -> tuple[EnqueuedJob, str]:
         """Insert one spec in ``connection``'s transaction with its parents (its own
-        ``depends_on`` and ``extra_parents``); return (id, queue)."""
+        ``depends_on`` and ``extra_parents``); return (the job, its queue)."""
         # Enqueueing's helpers (this mixin sits under it in Queue).
         enqueueing: Any = self
         params, columns = enqueueing._spec_params(spec)
@@ -213,12 +213,13 @@ class Dependencies(QueueCore):
         (plan,) = self._plan_parents(connection, [request])
         if plan is not None:
             params["p_depends_on"] = list(plan.parents)
-        job_id, created = enqueueing._insert_deduplicated(connection, params, columns)
+        with enqueueing._app_values_refused(connection, shown_values(columns), None):
+            job_id, created = enqueueing._insert_deduplicated(connection, params, columns)
         if created:
             self._write_events(connection, [enqueueing._enqueued_event(job_id, params)])
             if plan is not None:
                 self._attach_parents(connection, job_id, plan)
-        return job_id, spec.queue
+        return EnqueuedJob(job_id, created), spec.queue
 
     # ---------------------------------------------------------------- end side
 
@@ -294,7 +295,7 @@ class Dependencies(QueueCore):
     def dependencies_of(self, job_id: int) -> tuple[list[RelatedJob], list[RelatedJob]]:
         """``(parents, children)`` of a job, each a :class:`RelatedJob`, by id (empty
         lists for a job without any, or models without a dependency table)."""
-        validation.require_int("job_id", job_id)
+        validation.job_id(job_id)
         queries = TimelineQueries(self.tables)
         found: list[list[RelatedJob]] = []
         with self.read() as connection:

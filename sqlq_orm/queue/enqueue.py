@@ -8,11 +8,11 @@ from typing import Any
 
 from sqlalchemy import bindparam
 from sqlalchemy.engine import Connection
-from sqlalchemy.orm import Session
 
 from sqlq_orm.core import validation
 from sqlq_orm.errors import DedupeConflict, InvalidInput, SqlqError
-from sqlq_orm.queue.core import SYSTEM_ACTOR, retry_if_rolled_back
+from sqlq_orm.queue.app_columns import shown_values
+from sqlq_orm.queue.core import SYSTEM_ACTOR, SessionArg, retry_if_rolled_back
 from sqlq_orm.queue.dependencies import Dependencies
 from sqlq_orm.queue.types import EnqueuedJob, JobSpec
 from sqlq_orm.schema.mixins import CONCURRENCY_KEY_MAX, DEDUPE_KEY_MAX, QUEUE_MAX, REF_MAX, TYPE_MAX
@@ -101,11 +101,12 @@ class Enqueueing(Dependencies):
             concurrency_key=spec.concurrency_key,
             concurrency_limit=spec.concurrency_limit,
         )
-        return params, validation.app_columns(dict(spec.columns), self._app_columns)
+        return params, self._check_app_values(spec.columns)
 
     @retry_if_rolled_back
     def enqueue(
         self,
+        /,
         type: str,
         payload: Any = None,
         *,
@@ -119,7 +120,7 @@ class Enqueueing(Dependencies):
         payload_ref: str | None = None,
         concurrency_key: str | None = None,
         concurrency_limit: int | None = None,
-        session: Session | None = None,
+        session: SessionArg = None,
         depends_on: Iterable[int] | None = None,
         on_parent_failure: str = "cancel",
         **app_columns: Any,
@@ -158,13 +159,14 @@ class Enqueueing(Dependencies):
             concurrency_key=concurrency_key,
             concurrency_limit=concurrency_limit,
         )
-        validation.app_columns(app_columns, self._app_columns)
+        app_columns = self._check_app_values(app_columns)
         request = self._dependency_request(depends_on, on_parent_failure)
         with self._write(session) as connection:
             (plan,) = self._plan_parents(connection, [request])
             if plan is not None:
                 params["p_depends_on"] = list(plan.parents)
-            job_id, created = self._insert_deduplicated(connection, params, app_columns)
+            with self._app_values_refused(connection, shown_values(app_columns), session):
+                job_id, created = self._insert_deduplicated(connection, params, app_columns)
             if created:
                 self._write_events(connection, [self._enqueued_event(job_id, params)])
                 if plan is not None:
@@ -172,7 +174,7 @@ class Enqueueing(Dependencies):
                 self._announce_jobs(connection, [queue])
         if created:
             self._wake_workers(session, [queue])
-        return EnqueuedJob(id=job_id, created=created)
+        return EnqueuedJob(job_id, created)
 
     def _insert_deduplicated(
         self, connection: Connection, params: dict[str, Any], app_columns: Mapping[str, Any]
@@ -236,9 +238,12 @@ class Enqueueing(Dependencies):
 
     @retry_if_rolled_back
     def enqueue_many(
-        self, jobs: Iterable[JobSpec | Mapping[str, Any]], *, session: Session | None = None
-    ) -> list[int]:
-        """Add many jobs (and their ENQUEUED events) in one transaction; return their ids.
+        self, jobs: Iterable[JobSpec | Mapping[str, Any]], *, session: SessionArg = None
+    ) -> list[EnqueuedJob]:
+        """Add many jobs (and their ENQUEUED events) in one transaction; return them.
+
+        One :class:`EnqueuedJob` per job, in order, as ``enqueue`` returns: each is the
+        job's id (an ``int``) with ``created`` False where a ``dedupe_key`` matched.
 
         Each job is a :class:`JobSpec` or a mapping of the same fields, where any other
         key fills a column the host app added to its job model. All jobs are validated
@@ -260,6 +265,7 @@ class Enqueueing(Dependencies):
         if not prepared:
             return []
         ids: list[int | None] = [None] * len(prepared)
+        made = [True] * len(prepared)
         events: list[dict[str, Any] | None] = [None] * len(prepared)
         with self._write(session) as connection:
             plans = self._plan_parents(connection, requests)
@@ -273,13 +279,20 @@ class Enqueueing(Dependencies):
                 elif params["p_dedupe_key"] is None:
                     bulk.setdefault(tuple(sorted(columns)), []).append(index)
                     continue
-                job_id, created = self._insert_deduplicated(connection, params, columns)
-                ids[index] = job_id
+                with self._app_values_refused(
+                    connection, f"job #{index}: {shown_values(columns)}", session
+                ):
+                    job_id, created = self._insert_deduplicated(connection, params, columns)
+                ids[index], made[index] = job_id, created
                 if created:
                     events[index] = self._enqueued_event(job_id, params)
             logged_by_insert = False
             for names, indexes in bulk.items():
-                inserted, logged = self._insert_bulk(connection, names, prepared, indexes)
+                shown = "; ".join(
+                    f"job #{i}: {shown_values(prepared[i][1])}" for i in indexes[:3]
+                ) + ("; ..." if len(indexes) > 3 else "")
+                with self._app_values_refused(connection, shown, session):
+                    inserted, logged = self._insert_bulk(connection, names, prepared, indexes)
                 logged_by_insert = logged_by_insert or logged
                 for index, job_id in zip(indexes, inserted, strict=True):
                     ids[index] = job_id
@@ -296,7 +309,7 @@ class Enqueueing(Dependencies):
                 self._announce_jobs(connection, queues)
         if created:
             self._wake_workers(session, queues)
-        return [job_id for job_id in ids if job_id is not None]
+        return [EnqueuedJob(job_id, made[i]) for i, job_id in enumerate(ids) if job_id is not None]
 
     def _insert_bulk(
         self,

@@ -7,6 +7,7 @@ others (rowcount 0) do nothing, so any number of processes, on any clocks, may t
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -18,6 +19,8 @@ from sqlq_orm.errors import InvalidInput, SqlqError
 from sqlq_orm.queue.enqueue import Enqueueing
 from sqlq_orm.queue.types import ScheduleState, TickResult
 from sqlq_orm.schema.states import Event
+
+log = logging.getLogger("sqlq_orm.scheduler")
 
 SCHEDULER_ACTOR = "scheduler"
 """The actor of the ENQUEUED events a schedule writes."""
@@ -34,13 +37,19 @@ class Schedules(Enqueueing):
                 "to run recurring schedules"
             )
 
-    def register_schedules(self, schedules: Iterable[Schedule]) -> None:
+    def register_schedules(self, schedules: Iterable[Schedule], *, replace: bool = True) -> None:
         """Upsert the schedules declared in code into the schedules table.
 
         A schedule seen for the first time starts at its first slot after now. One
         already registered keeps its progress (so slots missed while nothing ran are
         still due) unless its cron expression or time zone changed, in which case it
         starts from the new expression's first slot after now.
+
+        With ``replace=False`` (a running scheduler's periodic re-registration) a row
+        that exists is left as it is, definition included: only missing rows are
+        written. So during a rolling deploy the definition of the process that started
+        last is the stored one, and processes still running the old code neither
+        revert it nor (see :meth:`enqueue_due_slots`) fire it.
         """
         self._require_schedules_table()
         listed = list(schedules)
@@ -72,8 +81,9 @@ class Schedules(Enqueueing):
             # One statement per schedule, not executemany: PyMySQL's bulk rewrite of an
             # INSERT ... ON DUPLICATE KEY UPDATE with parameters after VALUES fails, and
             # registration runs once per few minutes.
+            statement = self.sql.upsert_schedule if replace else self.sql.register_missing_schedule
             for row in rows:
-                connection.execute(self.sql.upsert_schedule, row)
+                connection.execute(statement, row)
 
     def enqueue_due_slots(self, schedules: Mapping[str, Schedule]) -> TickResult:
         """One scheduler tick: enqueue the due slots of ``schedules`` (by name).
@@ -82,15 +92,25 @@ class Schedules(Enqueueing):
         write transaction, in which each due schedule is advanced by compare-and-set
         and, if this process won, its slots' jobs are enqueued. Schedules in the table
         that ``schedules`` does not name (declared by another deployment) are left to
-        whoever declares them.
+        whoever declares them, and so are those whose stored definition (type, queue,
+        cron, time zone) differs from this process's: **the stored definition wins**.
+        It is the one the most recently started process registered, so during a
+        rolling deploy the old code's schedulers stop firing a changed schedule the
+        moment the new code registers it (they would otherwise fire the old cron once
+        more), and a rollback is the same in reverse.
         """
         self._require_schedules_table()
         with self.read() as connection:
-            due = [
-                row
-                for row in connection.execute(self.sql.select_due_schedules)
-                if row.name in schedules
-            ]
+            due = []
+            for row in connection.execute(self.sql.select_due_schedules):
+                schedule = schedules.get(row.name)
+                if schedule is None:
+                    continue
+                stored = (row.type, row.queue, row.cron, row.timezone)
+                if stored != _definition(schedule):
+                    _log_superseded(schedule, stored)
+                    continue
+                due.append(row)
         if not due:
             return TickResult()
         claimed = skipped = 0
@@ -194,3 +214,25 @@ class Schedules(Enqueueing):
         self._require_schedules_table()
         with self._write() as connection:
             return bool(connection.execute(self.sql.delete_schedule, {"p_name": name}).rowcount)
+
+
+def _definition(schedule: Schedule) -> tuple[str, str, str, str]:
+    """What the schedules table stores of a schedule, in the order of a due row."""
+    return (schedule.type, schedule.queue, schedule.cron.expression, schedule.timezone)
+
+
+_superseded_logged: set[tuple[str, tuple[str, ...]]] = set()
+
+
+def _log_superseded(schedule: Schedule, stored: tuple[str, str, str, str]) -> None:
+    """Say once per stored definition that this process leaves a schedule alone."""
+    key = (schedule.name, stored)
+    if key in _superseded_logged:
+        return
+    _superseded_logged.add(key)
+    log.info(
+        "schedule %r: the table holds type=%r queue=%r cron=%r timezone=%r (registered by a "
+        "process started later); this process declares %r and leaves the schedule to the "
+        "processes that declare the stored definition",
+        schedule.name, *stored, _definition(schedule),
+    )  # fmt: skip

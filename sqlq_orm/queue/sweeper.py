@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 
 from sqlq_orm.core import error_codes, validation
 from sqlq_orm.queue.core import SYSTEM_ACTOR, DeferredWrites, retry_if_rolled_back
@@ -29,7 +30,9 @@ class Sweeping(FailureRecording):
         updated only if it still has the status and token the sweeper saw, so a sweep
         racing a finish or a fresh claim never overwrites it.
         """
-        batch_size = validation.require_int("batch_size", batch_size, minimum=1)
+        batch_size = validation.require_int(
+            "batch_size", batch_size, minimum=1, maximum=validation.INT32_MAX
+        )
         total = SweepResult()
         batches = 0
         while max_batches is None or batches < max_batches:
@@ -63,7 +66,10 @@ class Sweeping(FailureRecording):
                 status = JobStatus(row.status)
                 if reason == "expired":
                     code = error_codes.LEASE_EXPIRED
-                    detail = f"lease held by {row.claimed_by} expired at {row.lease_expires_at}"
+                    expired_at = datetime.fromtimestamp(row.lease_expires_at, UTC)
+                    detail = (
+                        f"lease held by {row.claimed_by} expired at {expired_at:%Y-%m-%d %H:%M:%S}Z"
+                    )
                     seen_lease = {
                         "worker": row.claimed_by,
                         "was": status.value,

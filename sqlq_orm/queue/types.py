@@ -9,13 +9,42 @@ from typing import Any
 from sqlq_orm.core.lease import Lease
 
 
-@dataclass(frozen=True)
-class EnqueuedJob:
-    """The result of :meth:`Queue.enqueue`."""
+class EnqueuedJob(int):
+    """A job that an enqueue call returned: the job's id, with whether the call made it.
 
-    id: int
+    ``enqueue`` returns one; ``enqueue_many``, ``enqueue_chain`` and ``enqueue_fan_in``
+    return a list of them. It *is* the id (an ``int``: compare it, store it, pass it to
+    ``cancel``, ``get_job`` or ``depends_on``, put it in JSON), and carries ``id`` (the
+    plain ``int``) and ``created``: False when a ``dedupe_key`` matched an unfinished
+    job, whose id it then is. Immutable; equal to any int of the same value.
+    """
+
     created: bool
-    """False when a ``dedupe_key`` matched an unfinished job, whose id is returned."""
+
+    def __new__(cls, id: int, created: bool = True) -> EnqueuedJob:
+        job = super().__new__(cls, id)
+        object.__setattr__(job, "created", bool(created))
+        return job
+
+    @property
+    def id(self) -> int:
+        """The job's id, as a plain ``int``."""
+        return int(self)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"EnqueuedJob is immutable (cannot set {name!r})")
+
+    def __getnewargs__(self) -> tuple[int, bool]:  # type: ignore[override]
+        return int(self), self.created
+
+    def __repr__(self) -> str:
+        return f"EnqueuedJob(id={int(self)}, created={self.created})"
+
+    def __str__(self) -> str:  # f"job {job}" reads as it did with a plain id
+        return int.__repr__(self)
+
+    def __format__(self, spec: str) -> str:
+        return int(self).__format__(spec)
 
 
 @dataclass(frozen=True)

@@ -42,10 +42,18 @@ class Scheduler:
             self.schedules[schedule.name] = schedule
         self.register_interval = register_interval
         self._register_due = float("-inf")  # monotonic time of the next registration
+        self._registered = False
 
     def register(self) -> None:
-        """Upsert the schedules into the schedules table (``tick`` does it itself)."""
-        self.queue.register_schedules(self.schedules.values())
+        """Upsert the schedules into the schedules table (``tick`` does it itself).
+
+        The first registration writes this process's definitions (a changed cron
+        takes effect); later ones only bring back rows that went missing, so a
+        process still running old code never reverts what a newer one registered
+        (see :meth:`~sqlq_orm.Queue.enqueue_due_slots`: the stored definition wins).
+        """
+        self.queue.register_schedules(self.schedules.values(), replace=not self._registered)
+        self._registered = True
         self._register_due = time.monotonic() + self.register_interval
 
     def tick(self) -> TickResult:

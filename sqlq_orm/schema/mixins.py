@@ -45,6 +45,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, declared_attr, mapped_column, relationship
 from sqlalchemy.sql.elements import conv
 
+from sqlq_orm.schema.registry import remember_job_model
 from sqlq_orm.schema.states import ACTIVE, HELD, TERMINAL, AttemptStatus, Event, JobStatus
 
 # SQLite only makes INTEGER PRIMARY KEY an alias of the rowid (and so auto-increment);
@@ -95,6 +96,11 @@ class JobMixin:
 
     __sqlq_attempt_model__: ClassVar[str] = "JobAttempt"
     __sqlq_event_model__: ClassVar[str] = "JobEvent"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # Known as a job table to the SQLite rebuild guard, whatever its name.
+        super().__init_subclass__(**kwargs)
+        remember_job_model(cls)
 
     @declared_attr.directive
     def __tablename__(cls) -> str:
@@ -252,7 +258,10 @@ class JobMixin:
                 sqlite_where=text(f"dedupe_key IS NOT NULL AND {_in('status', ACTIVE)}"),
                 postgresql_where=text(f"dedupe_key IS NOT NULL AND {_in('status', ACTIVE)}"),
             ),
-            MYSQL_TABLE_OPTIONS,
+            # SQLite: AUTOINCREMENT, so an id is never handed out twice (without it
+            # SQLite takes max(id) + 1: pruning the newest jobs would give their ids
+            # again). Other databases' sequences never go back anyway.
+            {**MYSQL_TABLE_OPTIONS, "sqlite_autoincrement": True},
         )
 
 

@@ -58,6 +58,26 @@ class JobRun:
         return f"job {self.lease.job_id} attempt {self.lease.attempt} ({self.lease.type})"
 
 
+def count_stuck(runs: list[JobRun]) -> str:
+    """``2 handler threads``, ``1 async task`` or ``1 handler thread and 2 async tasks``:
+    what is still running in handlers the worker gave up on."""
+    threads = sum(1 for run in runs if not run.on_loop)
+    tasks = len(runs) - threads
+    parts = [
+        f"{count} {noun}{'s' if count != 1 else ''}"
+        for count, noun in ((threads, "handler thread"), (tasks, "async task"))
+        if count
+    ]
+    return " and ".join(parts)
+
+
+def describe_stuck(run: JobRun) -> str:
+    """A stuck run for the log: its job, and whether a thread or a task holds it."""
+    if run.on_loop:
+        return f"{run.describe()}: an async task that ignored its cancellation"
+    return f"{run.describe()}: a handler thread"
+
+
 class RunTable:
     """The runs holding a slot, the abandoned ones, and the free slots. Thread-safe.
 

@@ -84,7 +84,7 @@ from sqlq_orm.worker.outcomes import (
 )
 from sqlq_orm.worker.pool import HandlerPool
 from sqlq_orm.worker.prefetch import PrefetchGauge
-from sqlq_orm.worker.runs import JobRun, RunTable
+from sqlq_orm.worker.runs import JobRun, RunTable, count_stuck, describe_stuck
 from sqlq_orm.worker.scheduling import SchedulerThread
 from sqlq_orm.worker.stats import WorkerStats
 from sqlq_orm.worker.stopping import StopRequests
@@ -283,7 +283,10 @@ class Worker:
                 restore()
         if self._stuck:
             raise HandlersStuck(
-                self.worker_id, self.max_abandoned, [run.describe() for run in self._stuck]
+                self.worker_id,
+                self.max_abandoned,
+                [describe_stuck(run) for run in self._stuck],
+                what=count_stuck(self._stuck),
             )
         return self.stats
 
@@ -362,11 +365,11 @@ class Worker:
             return False
         self._stuck = stuck
         log.error(
-            "worker %s: %d abandoned handler threads are still running, more than its "
-            "budget max_abandoned=%d, so it can no longer use all its slots; stuck: %s. "
+            "worker %s: %s it gave up on are still running, more than its budget "
+            "max_abandoned=%d, so it can no longer use all its slots; stuck: %s. "
             "Stopping so that a supervisor restarts the process (exit status 3)",
-            self.worker_id, len(stuck), self.max_abandoned,
-            "; ".join(run.describe() for run in stuck),
+            self.worker_id, count_stuck(stuck), self.max_abandoned,
+            "; ".join(describe_stuck(run) for run in stuck),
         )  # fmt: skip
         self.request_stop()
         return True

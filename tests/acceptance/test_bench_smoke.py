@@ -79,6 +79,7 @@ def test_postgres_cases_run_against_a_throw_away_database(
 
 def _queue_statements(engine: sqlalchemy.engine.Engine) -> list[str]:
     seen: list[str] = []
+    queue = sqlq_orm.Queue(engine)  # before listening: its one read of the schema
 
     # BEGIN is recorded from the engine's begin event, however the hook sends it.
     @sqlalchemy.event.listens_for(engine, "begin")
@@ -94,7 +95,6 @@ def _queue_statements(engine: sqlalchemy.engine.Engine) -> list[str]:
     def record_commit(conn) -> None:  # noqa: ANN001
         seen.append("COMMIT")
 
-    queue = sqlq_orm.Queue(engine)
     queue.enqueue("noop", {"n": 1})
     (lease,) = queue.claim("w")
     queue.start(lease)

@@ -6,6 +6,9 @@ Each command runs for real as ``python -m sqlq_orm``, as in ``test_cli.py``.
 
 from __future__ import annotations
 
+import argparse
+import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -15,6 +18,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy
 
+import sqlq_orm
+import sqlq_orm.migrations
 from sqlq_orm.migrations import VERSION_TABLE
 from tests.support.worker_helpers import ROOT, TEST_HANDLERS, subprocess_env
 
@@ -22,7 +27,7 @@ pytestmark = pytest.mark.slow
 
 FUTURE_REVISION = "sqlq_9999"
 """A revision no version of this code knows: the database was migrated by a newer sqlq."""
-NEWEST_KNOWN = "sqlq_0004"
+NEWEST_KNOWN = sqlq_orm.migrations.NEWEST_REVISION
 TOO_BIG_ID = "99999999999999999999"
 """Larger than any 64-bit integer a database can store."""
 
@@ -184,3 +189,168 @@ def test_read_only_commands_still_run_on_a_schema_newer_than_the_code(future_url
     result = sqlq("--db", future_url, "stats", "--json")
 
     assert result.returncode == 0, result.stderr
+
+
+def _integer_options() -> list[tuple[str, str]]:
+    """Every (command, option) of ``sqlq`` whose value is a whole number."""
+    from sqlq_orm.cli.parser import build_parser
+
+    found = []
+    parser = build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    for name, sub in commands.choices.items():
+        for action in sub._actions:
+            if action.type is None or not action.option_strings:
+                continue
+            try:
+                parsed = action.type("1")
+            except argparse.ArgumentTypeError:
+                parsed = None
+            if isinstance(parsed, int):
+                found.append((name, action.option_strings[-1]))
+    return found
+
+
+@pytest.mark.parametrize(("command", "option"), _integer_options())
+def test_an_integer_option_beyond_64_bits_is_refused_naming_the_option(command, option, capsys):
+    from sqlq_orm.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main([command, option, TOO_BIG_ID])
+
+    assert exited.value.code == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith(f"sqlq: error: argument {option}: ") and TOO_BIG_ID in error, error
+
+
+def test_enqueue_depending_on_a_job_id_beyond_64_bits_names_the_option(sqlite_url):
+    result = sqlq("--db", sqlite_url, "enqueue", "child", "--depends-on", TOO_BIG_ID)
+
+    line = one_line_error(result, "--depends-on", TOO_BIG_ID, "out of range")
+    assert "OverflowError" not in line
+
+
+# ------------------------------------------------- issue 22, item 10: pipes and help
+
+
+def _command_names() -> list[str]:
+    from sqlq_orm.cli.parser import build_parser
+
+    parser = build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return list(commands.choices)
+
+
+@pytest.mark.parametrize("command", [None, *_command_names()])
+def test_every_help_is_whole_sentences_without_markup(command, capsys):
+    from sqlq_orm.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--help"] if command is None else [command, "--help"])
+
+    assert exited.value.code == 0
+    shown = capsys.readouterr().out
+    description = shown.split("\n\n")[1]
+    assert "``" not in shown and re.search(r":[a-z]+:`", shown) is None, shown
+    assert description.rstrip().endswith("."), description
+    if command is not None:  # the summary in the list of commands is whole too
+        listing = build_listing()
+        assert re.search(rf"\n    {command} +[A-Z]", listing), listing
+
+
+def build_listing() -> str:
+    from sqlq_orm.cli.parser import build_parser
+
+    return build_parser().format_help()
+
+
+def test_demo_help_is_its_whole_description():
+    result = sqlq("demo", "--help")
+
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())
+    assert (
+        "Run the self-contained demo (a fresh SQLite file, or --db with an empty queue); "
+        "print its report." in text
+    )
+
+
+@pytest.fixture
+def closed_pipe() -> Iterator[int]:
+    """The write end of a pipe whose reader has already gone (``| head`` after its lines)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    yield write_end
+    os.close(write_end)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["migrate"], ["enqueue", "t"], ["show", "1"], ["show", "1", "--json"], ["stats"],
+        ["stats", "--json"], ["stats", "--format", "prometheus"], ["check"], ["check", "--json"],
+        ["schedules"], ["prune", "--dry-run"], ["sweep"], ["cancel", "2"], ["retry", "3"],
+        ["maintenance", "--checkpoint"], ["--help"], ["show", "--help"], ["demo", "--help"],
+    ],
+    ids=" ".join,
+)  # fmt: skip
+def test_a_reader_that_goes_away_ends_the_command_quietly(sqlite_url, closed_pipe, command):
+    queue = sqlq_orm.Queue(sqlq_orm.create_engine(sqlite_url))
+    queue.enqueue("t")
+    queue.enqueue("t")
+    queue.cancel(queue.enqueue("t").id)
+    queue.engine.dispose()
+
+    result = subprocess.run(
+        [sys.executable, "-m", "sqlq_orm", "--db", sqlite_url, *command],
+        stdout=closed_pipe, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        env=subprocess_env(), timeout=60,
+    )  # fmt: skip
+
+    assert result.stderr == ""
+    assert result.returncode == 141
+
+
+# ------------------------------------------- issue 23, item 12: which database, really
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["stats"], ["show", "1"], ["check"], ["schedules"], ["cancel", "1"], ["retry", "1"],
+     ["sweep"], ["prune", "--dry-run"], ["enqueue", "t"], ["maintenance", "--checkpoint"]],
+    ids=" ".join,
+)  # fmt: skip
+def test_a_command_on_a_mistyped_sqlite_path_creates_nothing(tmp_path, command):
+    mistyped = tmp_path / "sqlq.db.typo"
+
+    result = sqlq("--db", f"sqlite:///{mistyped}", *command)
+
+    one_line_error(result, f"no database at {mistyped}", "sqlq migrate")
+    assert not mistyped.exists()
+
+
+def test_migrate_still_creates_the_sqlite_file(tmp_path):
+    fresh = tmp_path / "fresh.db"
+
+    assert sqlq("--db", f"sqlite:///{fresh}", "migrate").returncode == 0
+    assert fresh.exists()
+
+
+def test_an_empty_db_option_is_refused_not_taken_for_the_default(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "sqlq_orm", "--db", "", "stats"],
+        capture_output=True, text=True, cwd=tmp_path, env=subprocess_env(), timeout=60,
+    )  # fmt: skip
+
+    one_line_error(result, "--db is empty")
+    assert not (tmp_path / "sqlq.db").exists()
+
+
+@pytest.mark.postgres
+def test_a_mysql_url_at_a_postgresql_port_fails_fast_saying_why(postgres_url):
+    port = sqlalchemy.make_url(postgres_url).port or 5432
+    url = f"mysql+pymysql://root@127.0.0.1:{port}/x?connect_timeout=2"
+
+    result = sqlq("--db", url, "stats")
+
+    one_line_error(result, "no MySQL/MariaDB server greeting from 127.0.0.1", "within 2s")

@@ -149,8 +149,9 @@ def test_prune_rejects_bad_days_with_a_clear_error_and_deletes_nothing(db_url, k
     done = sqlq("prune", "--failed-days", "-5", "--db", db_url, check=False)
     after = json.loads(sqlq("stats", "--json", "--db", db_url).stdout)
 
-    assert done.returncode == 1
-    assert "failed_days must be a whole number of days" in done.stderr and "got -5" in done.stderr
+    assert done.returncode == 2  # a usage error: the parser names the option
+    assert "argument --failed-days: expected a whole number from -1" in done.stderr
+    assert "got '-5'" in done.stderr
     assert after["counts"]["total"] == 17
 
 

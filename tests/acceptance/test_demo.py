@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -25,6 +26,8 @@ def test_demo_recovers_the_killed_job_and_fails_the_poison_job(tmp_path):
     report = result.stdout
     assert "its worker was SIGKILLed mid-run; the sweeper recovered it (now SUCCEEDED)" in report
     assert "the poison job killed 3 worker(s) and ended FAILED (LEASE:EXPIRED)" in report
+    assert re.search(r"\b1[0-9]{9}\b", report) is None, "an epoch number in the report"
+    assert "expired at 20" in report and "run_at=20" in report  # times people can read
     assert "nothing left behind: 0 running, 0 claimed" in report
     engine = sqlq_orm.create_engine(f"sqlite:///{tmp_path / 'demo.db'}")
     assert migrate.current(engine), "the demo database was not built by the migrations"

@@ -186,8 +186,10 @@ def test_aiosqlite_write_transactions_begin_immediate(db_url, engine):
         def record(conn, cursor, statement, *rest):
             seen.append(statement)
 
+        queue = AsyncQueue(async_engine)
+        await queue.enqueue("first")  # after the queue's one read of the schema
         event.listen(async_engine.sync_engine, "before_cursor_execute", record)
-        await AsyncQueue(async_engine).enqueue("a")
+        await queue.enqueue("a")
 
     run(scenario, url)
     assert [statement.strip() for statement in seen if statement.startswith("BEGIN")] == [
@@ -339,3 +341,17 @@ def test_one_loops_sqlite_writers_take_turns_one_transaction_at_a_time(db_url, e
 def test_create_engine_refuses_an_asyncio_driver_naming_it(tmp_path):
     with pytest.raises(InvalidInput, match="'sqlite\\+aiosqlite' names an asyncio driver"):
         sqlq_orm.create_engine(f"sqlite+aiosqlite:///{tmp_path / 'q.db'}")
+
+
+def test_queue_refuses_an_async_session_naming_asyncqueue(engine, db_url, loop_thread):
+    async_engine = sqlq_orm.create_async_engine(async_url(db_url, "async"))
+    queue = sqlq_orm.Queue(engine)
+
+    async def scenario() -> None:
+        async with AsyncSession(async_engine) as session:
+            with pytest.raises(sqlq_orm.InvalidInput, match="pass it to sqlq_orm.AsyncQueue"):
+                queue.enqueue("t", session=session)
+        await async_engine.dispose()
+
+    loop_thread.run(scenario())
+    assert queue.counts_by_status()["QUEUED"] == 0

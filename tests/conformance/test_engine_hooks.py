@@ -230,3 +230,15 @@ def test_a_queue_given_a_configured_engine_says_nothing(sqlite_url, recwarn):
 
     assert [w for w in recwarn if issubclass(w.category, sqlq_orm.SqlqWarning)] == []
     engine.dispose()
+
+
+def test_a_mysql_connection_waits_for_queries_without_the_greeting_timeout(engine):
+    """The greeting is read with the connect timeout (issue 23, item 12); the queries
+    after it must not inherit that timeout (a lock wait can be longer)."""
+    if engine.dialect.driver != "pymysql":
+        pytest.skip("PyMySQL's greeting timeout")
+    with engine.connect() as connection:
+        raw = connection.connection.dbapi_connection
+
+        assert raw._read_timeout is None and raw._sock.gettimeout() is None
+        assert connection.exec_driver_sql("SELECT SLEEP(0)").scalar() == 0

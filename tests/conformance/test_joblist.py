@@ -137,3 +137,8 @@ def test_the_list_reads_both_ends_of_the_key_without_walking_it(queue, db_url):
         assert not [line for line in plan if line.strip().startswith("SCAN sqlq_jobs")], plan
     else:
         assert sum("Limit" in line for line in plan) == 2, plan
+
+
+def test_a_job_id_filter_beyond_64_bits_is_refused_naming_it(engine):
+    with pytest.raises(InvalidInput, match=r"job_id must be a job id from 1 to .* got 9223372036"):
+        JobFilter(job_id=2**63)

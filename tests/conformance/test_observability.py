@@ -399,6 +399,12 @@ def test_job_timeline_of_a_missing_job_raises_job_not_found(queue):
         observability.job_timeline(queue, 424242)
 
 
+@pytest.mark.parametrize("bad", [2**63, -(2**63) - 1, True, "7"])
+def test_job_timeline_of_a_value_no_job_can_have_names_job_id(queue, bad):
+    with pytest.raises(InvalidInput, match=r"^job_id must be an? "):
+        observability.job_timeline(queue, bad)
+
+
 # ------------------------------------------------------------------- rendering
 
 

@@ -231,3 +231,26 @@ def test_a_removed_schedule_comes_back_at_the_next_registration(queue, clock):
     (job_id,) = scheduler.tick().job_ids
 
     assert queue.get_job(job_id).run_at == NEXT_HOUR
+
+
+def test_during_a_rolling_deploy_only_the_stored_definition_fires(engine, clock):
+    """Issue 23, item 12: an old process still running the hourly cron and a new one
+    declaring half past, side by side (the old one ticks first, re-registers at every
+    tick); each slot of the stored (newest) definition fires once, the old cron never."""
+    old = Scheduler(Queue(engine, clock=clock), [hourly()], register_interval=0)
+    old.tick()
+    clock.set(NEXT_HOUR - 10 * MINUTE)
+    half_past = Schedule.declare("30 * * * *", "report", payload={"kind": "hourly"})
+    new = Scheduler(Queue(engine, clock=clock), [half_past], register_interval=0)
+    new.tick()  # the new code starts: its definition is stored
+
+    for moment in range(NEXT_HOUR, NEXT_HOUR + 3 * HOUR, 30 * MINUTE):
+        clock.set(moment)
+        old.tick()
+        new.tick()
+
+    half_pasts = [NEXT_HOUR + 30 * MINUTE + n * HOUR for n in range(3)]
+    assert [slot for _, slot in slots_enqueued(Queue(engine))] == half_pasts
+    [state] = Queue(engine).list_schedules()
+    assert state.cron == "30 * * * *"
+    assert check(Queue(engine)) == []

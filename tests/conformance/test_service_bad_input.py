@@ -8,7 +8,7 @@ from datetime import datetime
 
 import pytest
 
-from sqlq_orm import InvalidInput, Queue
+from sqlq_orm import InvalidInput, JobSpec, Queue
 from tests.support.queue_helpers import row_counts, snapshot
 
 BAD_ENQUEUES = [
@@ -21,6 +21,11 @@ BAD_ENQUEUES = [
     (("t", {"x": float("nan")}), {}, "payload must be JSON-serialisable"),
     (("t", {1, 2}), {}, "payload must be JSON-serialisable .* got a set"),
     (("t", "x" * 70_000), {}, "payload is 70002 bytes of JSON; the limit is 65536"),
+    (("t", {1: "a"}), {}, r"payload keys must be strings: payload has the key 1 \(int\)"),
+    (("t", {1: "a", "1": "b"}), {}, "payload keys must be strings: payload has the key 1"),
+    (("t", {"a": [{"b": {2.5: 1}}]}), {}, r"payload\['a'\]\[0\]\['b'\] has the key 2.5"),
+    (("t", [{"ok": {None: 1}}]), {}, r"payload\[0\]\['ok'\] has the key None"),
+    (("t", {"flag": {True: 1}}), {}, "has the key True .* the string 'true'"),
     (("t",), {"queue": ""}, "queue must be a non-empty string, got ''"),
     (("t",), {"priority": "high"}, "priority must be an integer, got 'high'"),
     (("t",), {"priority": 2**31}, "priority must be <= 2147483647, got 2147483648"),
@@ -58,6 +63,8 @@ def test_a_bad_job_in_a_bulk_enqueue_is_named_by_position(queue, engine):
         queue.enqueue_many([{"type": "a"}, {"type": "b", "priority": "x"}])
     with pytest.raises(InvalidInput, match=r"job #0 of enqueue_many: unknown job column"):
         queue.enqueue_many([{"type": "a", "tenant": "acme"}])
+    with pytest.raises(InvalidInput, match=r"job #1 of enqueue_many: payload keys must be str"):
+        queue.enqueue_many([{"type": "a"}, {"type": "b", "payload": {"n": {7: "seven"}}}])
     assert row_counts(engine) == before
 
 
@@ -138,3 +145,43 @@ def test_queue_needs_an_engine_or_a_bound_sessionmaker():
         Queue("sqlite://")
     with pytest.raises(InvalidInput, match="must be bound to an Engine"):
         Queue(sessionmaker())
+
+
+# ------------------------------------------------------------- job ids (issue 23, item 9)
+
+NOT_JOB_IDS = [
+    pytest.param(2**63, "must be a job id from 1 to", id="2**63"),
+    pytest.param(2**64, "must be a job id from 1 to", id="2**64"),
+    pytest.param(-(2**63) - 1, "must be a job id from 1 to", id="-2**63-1"),
+    pytest.param(0, "must be a job id from 1 to", id="zero"),
+    pytest.param(True, "must be an integer", id="bool"),
+    pytest.param(1.0, "must be an integer", id="float"),
+    pytest.param("1", "must be an integer", id="str"),
+]
+
+JOB_ID_CALLS = {
+    "cancel": (lambda q, bad: q.cancel(bad), "job_id"),
+    "retry": (lambda q, bad: q.retry(bad), "job_id"),
+    "get_job": (lambda q, bad: q.get_job(bad), "job_id"),
+    "dependencies_of": (lambda q, bad: q.dependencies_of(bad), "job_id"),
+    "enqueue(depends_on=)": (lambda q, bad: q.enqueue("c", depends_on=[bad]), "depends_on[0]"),
+    "enqueue_many(depends_on=)": (
+        lambda q, bad: q.enqueue_many([JobSpec("c", depends_on=[1, bad])]),
+        "job #0 of enqueue_many: depends_on[1]",
+    ),
+}
+
+
+@pytest.mark.parametrize(("bad", "message"), NOT_JOB_IDS)
+@pytest.mark.parametrize("call", JOB_ID_CALLS.values(), ids=JOB_ID_CALLS.keys())
+def test_a_value_no_job_can_have_is_refused_naming_the_argument(queue, engine, call, bad, message):
+    queue.enqueue("existing")
+    before = row_counts(engine)
+    function, argument = call
+
+    with pytest.raises(InvalidInput) as raised:
+        function(queue, bad)
+
+    assert str(raised.value).startswith(f"{argument} {message}"), raised.value
+    assert repr(bad) in str(raised.value)
+    assert row_counts(engine) == before

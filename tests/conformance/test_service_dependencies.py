@@ -252,8 +252,8 @@ def test_under_the_run_policy_a_parent_already_failed_counts_as_finished(queue):
     [
         ([10**9], "cancel", r"do not exist: \[1000000000\]"),
         ("12", "cancel", "depends_on must be a list of job ids"),
-        ([0], "cancel", "depends_on id"),
-        (["7"], "cancel", "depends_on id"),
+        ([0], "cancel", r"depends_on\[0\] must be a job id"),
+        (["7"], "cancel", r"depends_on\[0\] must be an integer"),
         ([], "later", "on_parent_failure must be one of"),
     ],
 )

@@ -11,6 +11,7 @@ from sqlalchemy import Column, Integer, MetaData, String, Table, event, func, in
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from sqlq_orm import (
+    EnqueuedJob,
     JobAttemptMixin,
     JobEventMixin,
     JobMixin,
@@ -284,3 +285,26 @@ def test_enqueue_many_with_dedupe_keys_returns_the_holder_of_a_live_key(queue, e
     assert len({held.id, ids[1], ids[2]}) == 3
     assert row_counts(engine)["sqlq_jobs"] == 3
     assert [event_names(engine, i) for i in (held.id, ids[1], ids[2])] == [["ENQUEUED"]] * 3
+
+
+# ------------------------------------ one result type for every enqueue (issue 22, item 11)
+
+
+def test_every_enqueue_call_returns_enqueued_jobs_that_are_their_ids(queue):
+    held = queue.enqueue("sync", dedupe_key="account-7")
+
+    many = queue.enqueue_many([{"type": "sync", "dedupe_key": "account-7"}, JobSpec("a")])
+    chain = queue.enqueue_chain([JobSpec("extract"), JobSpec("load")])
+    fan_in = queue.enqueue_fan_in([JobSpec("part")], then=JobSpec("merge"))
+
+    jobs = [held, *many, *chain, *fan_in]
+    assert all(isinstance(job, EnqueuedJob) for job in jobs)
+    assert [job.created for job in jobs] == [True, False, True, True, True, True, True]
+    assert many[0] == held == held.id and type(held.id) is int
+    assert [int(job) for job in jobs] == [job.id for job in jobs]
+    assert f"job {held}" == f"job {held.id}" and json.dumps(many) == json.dumps(
+        [j.id for j in many]
+    )
+    queue.cancel(chain[0])  # an EnqueuedJob goes wherever a job id does
+    assert queue.get_job(chain[1]).status == "CANCELLED"
+    assert queue.dependencies_of(fan_in[1])[0][0].id == fan_in[0]

@@ -499,8 +499,13 @@ def test_sqlq_migrate_on_a_database_the_host_alembic_manages_says_use_alembic(db
     )
     run_alembic(tmp_path, "upgrade", "head")
 
-    with pytest.raises(sqlq_orm.SqlqError, match="managed by your app's own Alembic"):
+    with pytest.raises(sqlq_orm.SqlqError, match="managed by your app's own Alembic") as refused:
         sqlq_orm.migrate.upgrade(db_url)
+
+    # One head: `alembic upgrade head`, and how to take sqlq's newer revisions.
+    assert "run `alembic upgrade head` in the app" in str(refused.value)
+    assert "upgrade heads" not in str(refused.value)
+    assert "sqlq_orm.migrations.upgrade(op, to=" in str(refused.value)
 
     assert sqlq_orm.migrations.VERSION_TABLE not in host_tables(db_url)
 

@@ -111,14 +111,13 @@ def _comparable_sqlite_sql(kind: str, sql: str | None) -> Any:
 def test_revisions_have_a_single_head_labelled_sqlq():
     scripts = ScriptDirectory.from_config(migrate.config())
 
-    assert scripts.get_heads() == ["sqlq_0004"]
-    assert scripts.get_revision("sqlq@head").revision == "sqlq_0004"
-    assert [s.revision for s in scripts.walk_revisions()] == [
-        "sqlq_0004",
-        "sqlq_0003",
-        "sqlq_0002",
-        "sqlq_0001",
-    ]
+    (head,) = scripts.get_heads()
+    assert scripts.get_revision("sqlq@head").revision == head
+    chain = [s.revision for s in scripts.walk_revisions()]
+    assert chain == sorted(chain, reverse=True)  # sqlq_0001, sqlq_0002, ... in one line
+    assert chain[-1] == "sqlq_0001"
+    assert {"sqlq_0004", "sqlq_0005"} <= set(chain)
+    assert head == sqlq_orm.migrations.NEWEST_REVISION
 
 
 def test_upgrade_from_empty_creates_the_tables_and_records_the_revision(db_url):
@@ -244,6 +243,30 @@ def test_downgrade_from_0003_queues_waiting_jobs_and_keeps_the_rest(db_url, cloc
     engine.dispose()
 
 
+def test_upgrade_to_job_ids_with_jobs_in_place_keeps_them_and_never_reuses_an_id(db_url, clock):
+    before = ScriptDirectory.from_config(migrate.config()).get_revision("sqlq_0005").down_revision
+    migrate.upgrade(db_url, str(before))
+    seed_0001_history(db_url)  # jobs 1 and 2 SUCCEEDED, job 3 QUEUED
+
+    migrate.upgrade(db_url)
+
+    assert migrate.check(db_url) == []
+    engine = sqlq_orm.create_engine(db_url)
+    queue = sqlq_orm.Queue(engine, clock=clock)
+    assert [queue.get_job(n).status for n in (1, 2, 3)] == ["SUCCEEDED", "SUCCEEDED", "QUEUED"]
+    newest = queue.enqueue("a").id
+    assert newest == 4
+    with sqlalchemy.orm.Session(engine) as session:
+        session.delete(session.get(Job, newest))
+        session.commit()
+    assert queue.enqueue("b").id == 5  # 4 was handed out: never again
+    engine.dispose()
+    migrate.downgrade(db_url, str(before))
+    assert count(db_url, Job) == 4
+    migrate.upgrade(db_url)
+    assert migrate.check(db_url) == []
+
+
 def test_upgrade_accepts_a_host_apps_engine(db_url):
     engine = sqlq_orm.configure_engine(sqlalchemy.create_engine(db_url))
 
@@ -288,7 +311,8 @@ def test_upgrade_refuses_tables_that_the_host_apps_alembic_manages(db_url):
         )
         connection.execute(sqlalchemy.text("INSERT INTO alembic_version VALUES ('sqlq_0001')"))
 
-    with pytest.raises(sqlq_orm.SqlqError, match="app's own Alembic"):
+    # sqlq's revisions recorded in the app's history: the second-branch recipe.
+    with pytest.raises(sqlq_orm.SqlqError, match="app's own Alembic.*`alembic upgrade heads`"):
         migrate.upgrade(engine)
 
     assert VERSION_TABLE not in table_names(db_url)
@@ -491,6 +515,29 @@ def test_sqlite_table_rebuild_keeps_attempts_and_events(sqlite_url, tmp_path):
         1, 1, 1,
     )  # fmt: skip
     assert migrate.current(sqlite_url) == {"0002"}
+
+
+def test_sqlite_table_rebuild_keeps_autoincrement_and_the_sequence_past_pruned_ids(
+    sqlite_url, tmp_path
+):
+    migrate.upgrade(sqlite_url)
+    engine = sqlq_orm.create_engine(sqlite_url)
+    queue = sqlq_orm.Queue(engine)
+    ids = [queue.enqueue("a").id for _ in range(3)]
+    with engine.begin() as connection:
+        connection.execute(sqlalchemy.delete(Job).where(Job.id.in_(ids[1:])))  # the newest
+    engine.dispose()
+
+    upgrade_with_extra_revision(sqlite_url, tmp_path / "more_versions")
+
+    engine = sqlq_orm.create_engine(sqlite_url)
+    with engine.connect() as connection:
+        created = connection.scalar(
+            sqlalchemy.text("SELECT sql FROM sqlite_master WHERE name = 'sqlq_jobs'")
+        )
+    assert "AUTOINCREMENT" in created
+    assert sqlq_orm.Queue(engine).enqueue("b").id == ids[-1] + 1
+    engine.dispose()
 
 
 def test_sqlite_migration_that_orphans_rows_is_rolled_back(sqlite_url, tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy
 
+import sqlq_orm
 from sqlq_orm import migrate
 from sqlq_orm.errors import SchemaNewerThanCode
 from sqlq_orm.migrations import VERSION_TABLE
@@ -29,7 +30,7 @@ def stamp(url: str, revision: str) -> None:
 
 
 def test_this_code_knows_its_own_newest_revision():
-    assert migrate.newest_revisions() == ["sqlq_0004"]
+    assert migrate.newest_revisions() == [sqlq_orm.migrations.NEWEST_REVISION]
 
 
 def test_a_database_at_the_newest_revision_passes(db_url):

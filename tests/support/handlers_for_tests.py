@@ -8,12 +8,14 @@ crash, a hang or a slow job without sleeping on the test's side.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import signal
 import time
 from pathlib import Path
 
-from sqlq_orm import JobContext, JobError
+from sqlq_orm import AsyncJobContext, JobContext, JobError
 from sqlq_orm.worker.handlers import HandlerRegistry
 
 registry = HandlerRegistry()
@@ -68,6 +70,16 @@ def finish_on_shutdown(ctx: JobContext) -> None:
 def ignore_shutdown(ctx: JobContext) -> None:
     """A slow job that neither checks the context nor finishes within any grace period."""
     time.sleep(HOLD_LIMIT)
+
+
+@registry.handler("stubborn_task")
+async def stubborn_task(ctx: AsyncJobContext) -> None:
+    """An ``async def`` that swallows its cancellation and carries on (a bug the worker
+    must survive: it abandons the task like a stuck thread)."""
+    deadline = time.monotonic() + HOLD_LIMIT
+    while time.monotonic() < deadline:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(0.05)
 
 
 @registry.handler("poison")

@@ -127,6 +127,7 @@ def test_declare_defaults_the_name_to_the_job_type():
     [
         ({"payload": {"at": object()}}, "payload of schedule 'reports.nightly' is not JSON"),
         ({"payload": float("nan")}, "is not JSON"),
+        ({"payload": {"day": {1: "mon"}}}, r"payload\['day'\] has the key 1"),
         ({"missed": "burst"}, "missed must be one of"),
         ({"catch_up_limit": 0}, "catch_up_limit"),
         ({"grace_seconds": -1}, "grace_seconds"),

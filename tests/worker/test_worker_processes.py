@@ -161,3 +161,25 @@ def test_second_sigterm_skips_the_grace_period_and_still_releases(live_queue, pr
     assert exit_code == 0
     row = job_row(live_queue, job.id)
     assert (row.status, row.events[-1].event) == ("QUEUED", "RELEASED")
+
+
+def test_tasks_that_swallow_cancellation_stop_the_worker_with_status_3_and_a_clean_log(
+    live_queue, processes
+):
+    """Issue 23, item 12: the exit-3 path with ``async def`` handlers names tasks (not
+    threads), and leaves no "Task was destroyed" or GeneratorExit noise behind."""
+    first, second = (live_queue.enqueue("stubborn_task", max_retries=0).id for _ in range(2))
+    worker = processes.worker("worker-a", "--concurrency", "1", "--no-sweep")
+    wait_until(status_is(live_queue, first, "RUNNING"), "the first task to run")
+
+    live_queue.cancel(first)  # swallowed: abandoned within the budget (max_abandoned=1)
+    wait_until(status_is(live_queue, second, "RUNNING"), "the second task to run")
+    live_queue.cancel(second)  # a second stuck task spends the budget
+    exit_code = worker.wait(timeout=60)
+
+    log = processes.log(worker)
+    assert exit_code == 3, log
+    assert "2 async tasks it gave up on are still running" in log
+    assert f"job {first} attempt 1 (stubborn_task): an async task that ignored its" in log
+    for noise in ("Task was destroyed", "GeneratorExit", "Traceback", "handler thread"):
+        assert noise not in log, log

@@ -5,7 +5,8 @@ an engine's database. Nothing outside this package asks which database it talks 
 Importing this package also registers each database's compilation of
 :class:`~sqlq_orm.db.clock.epoch_now`.
 
-May import: :mod:`sqlq_orm.errors`, :mod:`sqlq_orm.db.clock`, SQLAlchemy.
+May import: :mod:`sqlq_orm.errors`, :mod:`sqlq_orm.schema` (names and sizes the
+mixins declare), :mod:`sqlq_orm.db.clock`, SQLAlchemy.
 """
 
 from __future__ import annotations

@@ -88,6 +88,10 @@ def _limit_in_subquery_as_is(select: Select[Any]) -> Select[Any]:
     return select
 
 
+def _no_autoincrement_keyword(connection: Connection, table: str) -> bool:
+    return False
+
+
 def _reflection_keeps_sort_order(connection: Connection, table: str, index: str) -> None:
     return None
 
@@ -199,6 +203,13 @@ class Backend:
     hold_migration_lock: Callable[[Connection], AbstractContextManager[None]] = _nothing_to_suspend
     """Around a whole migration run, where DDL commits as it goes (MySQL): a lock held
     by the session, so a second migrator never sees the first one's half-made schema."""
+    autoincrement_missing: Callable[[Connection, str], bool] = _no_autoincrement_keyword
+    """Whether ``table`` lacks SQLite's ``AUTOINCREMENT`` (ids would come again once the
+    newest rows are deleted). Elsewhere sequences never go back: always False."""
+    ddl_commits: bool = False
+    """Whether each DDL statement commits the transaction it is in (MySQL). A migration
+    run there cannot be one transaction: it runs one per revision (Alembic's own), so
+    each revision done is recorded before the next begins."""
     concurrency_recheck: bool = False
     """Whether a claim that took jobs with a concurrency key counts those keys' held
     jobs again before it commits. Needed where concurrent claims run side by side on

@@ -35,6 +35,7 @@ from sqlalchemy.sql.sqltypes import NullType
 from sqlq_orm.db.backends.base import Backend, MaintenanceStatement
 from sqlq_orm.db.clock import epoch_now
 from sqlq_orm.errors import SqlqError
+from sqlq_orm.schema.mixins import DEDUPE_KEY_MAX
 
 DIALECTS = ("mysql", "mariadb")
 """SQLAlchemy names both (``mysql+pymysql://`` and ``mariadb+pymysql://``)."""
@@ -173,6 +174,46 @@ def _write_isolation(connection: Connection) -> None:
         cursor.close()
 
 
+DEFAULT_CONNECT_TIMEOUT = 10
+"""PyMySQL's own default ``connect_timeout``, in seconds."""
+
+
+def _connect_with_greeting_timeout(
+    dialect: Any, record: Any, cargs: tuple[Any, ...], cparams: dict[str, Any]
+) -> Any:
+    """Connect with PyMySQL, waiting for the server's greeting no longer than the
+    connect timeout.
+
+    A MySQL server speaks first. PyMySQL's ``connect_timeout`` covers only the TCP
+    connect, and its ``read_timeout`` (none by default) the greeting: a URL that
+    points at another server's port (PostgreSQL's 5432, which waits for the client
+    to speak first) then hangs until that server gives up (60 s). The greeting is read
+    here with ``read_timeout = connect_timeout``; afterwards reads wait as before.
+    """
+    if cparams.get("read_timeout") is not None:
+        return None  # the caller chose a read timeout: PyMySQL applies it to the greeting
+    timeout = float(cparams.get("connect_timeout") or DEFAULT_CONNECT_TIMEOUT)
+    try:
+        connection = dialect.loaded_dbapi.connect(*cargs, **cparams, read_timeout=timeout)
+    except dialect.loaded_dbapi.OperationalError as exc:
+        if "timed out" not in str(exc):
+            raise
+        where = f"{cparams.get('host', 'localhost')}:{cparams.get('port', 3306)}"
+        raise dialect.loaded_dbapi.OperationalError(
+            2013,
+            f"no MySQL/MariaDB server greeting from {where} within {timeout:g}s: is "
+            "another kind of server listening there (PostgreSQL's port is 5432)? "
+            "Raise the wait with ?connect_timeout=SECONDS in the URL",
+        ) from None
+    # After the greeting, queries wait as long as they need (PyMySQL's attribute for
+    # the read timeout; tests/conformance/test_engine_hooks.py checks it is reset).
+    connection._read_timeout = None
+    if connection._sock is not None:
+        connection._sock.settimeout(None)
+    connection._current_timeout = None
+    return connection
+
+
 def install_hooks(engine: Engine, busy_timeout_ms: int) -> None:
     """Begin the queue's write transactions at :data:`WRITE_ISOLATION`, and report a
     violated CHECK constraint as :class:`~sqlalchemy.exc.IntegrityError`.
@@ -182,6 +223,8 @@ def install_hooks(engine: Engine, busy_timeout_ms: int) -> None:
     would take for a lost connection rather than a row the schema refused.
     """
     event.listen(engine, "begin", _write_isolation)
+    if engine.dialect.driver == "pymysql":
+        event.listen(engine, "do_connect", _connect_with_greeting_timeout)
 
     @event.listens_for(engine, "handle_error")
     def _integrity(context: Any) -> Any:
@@ -260,6 +303,9 @@ def _maintenance(engine: Engine, task: str, tables: Sequence[Any]) -> Maintenanc
 # -- partial unique indexes ---------------------------------------------------------
 
 
+DEDUPE_KEY_COLUMN = "dedupe_key"
+"""The column of sqlq's partial unique dedupe index (``JobMixin.dedupe_key``)."""
+
 KEY_TYPE_INFO = "sqlq_key_type"
 """``Index.info`` key: the indexed column's type, for an index built without its table
 (Alembic's ``op.create_index``), so the generated column can be declared."""
@@ -302,6 +348,10 @@ def _create_index(create: CreateIndex, compiler: Any, **kw: Any) -> str:
         )
     column = index.table.c[index.expressions[0].name]  # type: ignore[union-attr]
     key_type = index.info.get(KEY_TYPE_INFO, column.type)
+    if isinstance(key_type, NullType) and column.name == DEDUPE_KEY_COLUMN:
+        # Alembic's autogenerate renders sqlq's dedupe index without info=: its column
+        # is the one JobMixin declares, whatever the host named the table.
+        key_type = String(DEDUPE_KEY_MAX)
     if isinstance(key_type, NullType):
         # Alembic's op.create_index knows column names only, not their types.
         raise CompileError(
@@ -347,6 +397,7 @@ def _backend(name: str) -> Backend:
         snapshot_options={"isolation_level": "REPEATABLE READ"},
         lock_for_migration=_lock_for_migration,
         hold_migration_lock=_hold_migration_lock,
+        ddl_commits=True,
         descending_index_columns=_descending_index_columns,
         update_returning=False,
         is_duplicate_key=is_duplicate_key,

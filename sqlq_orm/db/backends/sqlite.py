@@ -19,13 +19,15 @@ from sqlalchemy import String, Text, cast, event, literal
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.schema import CreateColumn
 from sqlalchemy.sql import FromClause, Select
 from sqlalchemy.sql.elements import ColumnElement
 
+from sqlq_orm.db.backends import sqlite_rebuilds
 from sqlq_orm.db.backends.base import Backend, MaintenanceStatement, WakeListener
 from sqlq_orm.db.clock import epoch_now
 from sqlq_orm.db.write_locks import BUSY_TIMEOUT_OPTION
-from sqlq_orm.errors import InvalidInput, SqlqError
+from sqlq_orm.errors import InvalidInput
 
 BEGIN_OPTION = "sqlq_sqlite_begin"
 
@@ -42,12 +44,30 @@ _CREATE_INDEX = re.compile(
     re.IGNORECASE,
 )
 _SORT_WORDS = re.compile(r"\b(?:ASC|DESC)\b|[`\"\[\]\s]", re.IGNORECASE)
-_SILENT_ACTIONS = frozenset({"CASCADE", "SET NULL", "SET DEFAULT"})
+
+
+# Every SQLite engine in the process, a host's env.py's included (see the module).
+sqlite_rebuilds.install()
 
 
 @compiles(epoch_now, "sqlite")
 def _epoch_now(element: epoch_now, compiler: Any, **kw: Any) -> str:
     return "CAST(strftime('%s', 'now') AS INTEGER)"
+
+
+@compiles(CreateColumn, "sqlite")
+def _create_column(create: Any, compiler: Any, **kw: Any) -> str | None:
+    # With sqlite_autoincrement the primary key can only be declared on its column,
+    # where SQLAlchemy leaves out its name: keep it (pk_sqlq_jobs), as a table-level
+    # constraint would have it, so models, migrations and reflection agree.
+    text: str | None = compiler.visit_create_column(create, **kw)
+    column = create.element
+    if text is None or not column.primary_key or " AUTOINCREMENT" not in text:
+        return text
+    name = compiler.preparer.format_constraint(column.table.primary_key)
+    if not name:
+        return text
+    return text.replace(" PRIMARY KEY", f" CONSTRAINT {name} PRIMARY KEY", 1)
 
 
 def is_file(url: sqlalchemy.URL) -> bool:
@@ -101,42 +121,28 @@ def install_hooks(engine: Engine, busy_timeout_ms: int) -> None:
     ) -> None:
         match = _DROP_TABLE.match(statement)
         if match is not None:
-            _refuse_silent_cascade(connection.connection.driver_connection, match.group(1))
+            _refuse_silent_cascade(connection, match.group(1))
 
 
-def _refuse_silent_cascade(driver_connection: Any, table: str) -> None:
+def _refuse_silent_cascade(connection: Connection, table: str) -> None:
     """Raise :class:`SqlqError` if dropping ``table`` now would change other tables' rows.
 
     With foreign keys ON, SQLite's ``DROP TABLE`` first deletes every row, so rows that
     reference it ``ON DELETE CASCADE`` go too (``SET NULL``: lose the reference), with no
     error. Alembic's batch mode rebuilds a table by dropping it: a host migration
-    that alters ``sqlq_jobs`` would delete every attempt and event.
+    that alters ``sqlq_jobs`` would delete every attempt and event. (On every SQLite
+    engine, sqlq's job tables are guarded by :mod:`.sqlite_rebuilds` too.)
     """
-    if not driver_connection.execute("PRAGMA foreign_keys").fetchone()[0]:
-        return
-    hit = []
-    tables = driver_connection.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name <> ?", (table,)
-    ).fetchall()
-    for (child,) in tables:
-        for fk in driver_connection.execute(f'PRAGMA foreign_key_list("{child}")').fetchall():
-            # id, seq, table, from, to, on_update, on_delete, match
-            referred, column, on_delete = fk[2], fk[3], fk[6].upper()
-            if referred.lower() != table.lower() or on_delete not in _SILENT_ACTIONS:
-                continue
-            referencing = driver_connection.execute(
-                f'SELECT 1 FROM "{child}" WHERE "{column}" IS NOT NULL LIMIT 1'
-            ).fetchone()
-            if referencing is not None:
-                hit.append(f"{child}.{column} (ON DELETE {on_delete})")
+    # A DBAPI cursor, not the driver's connection: aiosqlite's would need awaiting.
+    cursor = connection.connection.cursor()
+    try:
+        if not cursor.execute("PRAGMA foreign_keys").fetchone()[0]:
+            return
+        hit = sqlite_rebuilds.rows_that_would_cascade(cursor, table)
+    finally:
+        cursor.close()
     if hit:
-        raise SqlqError(
-            f"refusing to DROP TABLE {table} with foreign keys ON: SQLite would silently "
-            f"change the rows of {', '.join(sorted(hit))} that reference it. Alembic's "
-            "batch mode rebuilds a table by dropping it; run the migration inside "
-            "sqlq_orm.migrations.safe_migration(connection) in your env.py, which turns "
-            "foreign keys off around it and checks them before commit"
-        )
+        raise sqlite_rebuilds.refuse_cascading_drop(table, hit)
 
 
 def _lock_rows(select: Select[Any], skip_locked: bool) -> Select[Any]:
@@ -178,12 +184,39 @@ def _suspend_foreign_keys(connection: Connection) -> Iterator[None]:
     if connection.in_transaction():
         yield
         return
-    driver_connection: Any = connection.connection.driver_connection
-    driver_connection.execute("PRAGMA foreign_keys = OFF")
+    _driver_sql(connection, "PRAGMA foreign_keys = OFF")
     try:
         yield
     finally:
-        driver_connection.execute("PRAGMA foreign_keys = ON")
+        _driver_sql(connection, "PRAGMA foreign_keys = ON")
+
+
+def _driver_sql(connection: Connection, sql: str, parameters: tuple[Any, ...] = ()) -> list[Any]:
+    """Run ``sql`` on the DBAPI connection under ``connection``, outside SQLAlchemy's
+    transaction bookkeeping. Through a DBAPI cursor, which every driver makes
+    synchronous (aiosqlite's own connection would return coroutines here)."""
+    cursor = connection.connection.cursor()
+    try:
+        cursor.execute(sql, parameters)
+        return list(cursor.fetchall()) if cursor.description else []
+    finally:
+        cursor.close()
+
+
+def _autoincrement_missing(connection: Connection, table: str) -> bool:
+    created = connection.exec_driver_sql(
+        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
+    ).scalar()
+    return created is not None and re.search(r"\bAUTOINCREMENT\b", created, re.I) is None
+
+
+def _lock_for_migration(connection: Connection) -> None:
+    # The migration's transaction must be a real one, so a failed step leaves nothing
+    # behind: sqlq's begin hook sends BEGIN IMMEDIATE, but a plain engine (Alembic's
+    # templates, sync or async) leaves pysqlite/aiosqlite to begin one only before the
+    # first INSERT/UPDATE/DELETE, running the DDL before it outside any transaction.
+    if not getattr(connection.connection.driver_connection, "in_transaction", True):
+        _driver_sql(connection, "BEGIN IMMEDIATE")
 
 
 def _descending_index_columns(connection: Connection, table: str, index: str) -> set[str] | None:
@@ -214,12 +247,12 @@ def _keep_index_order(connection: Connection) -> Iterator[None]:
     ) -> tuple[str, Any]:
         drop = _DROP_TABLE.match(statement)
         if drop is not None:
-            driver_connection: Any = conn.connection.driver_connection
-            rows = driver_connection.execute(
+            rows = _driver_sql(
+                conn,
                 "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ? "
                 "AND sql IS NOT NULL",
                 (drop.group(1),),
-            ).fetchall()
+            )
             dropped.update({name: sql for name, sql in rows})
             return statement, parameters
         create = _CREATE_INDEX.match(statement)
@@ -320,6 +353,8 @@ BACKEND = Backend(
     foreign_keys_enforced=_foreign_keys_enforced,
     foreign_key_problems=_foreign_key_problems,
     suspend_foreign_keys=_suspend_foreign_keys,
+    lock_for_migration=_lock_for_migration,
+    autoincrement_missing=_autoincrement_missing,
     connections_share_database=is_file,
     needs_hooks=True,
     serialize_writes=True,

@@ -48,9 +48,24 @@ class ScheduleStatements(StatementGroup):
                 "timezone": new.timezone,
             },
         )
+        # A running scheduler's periodic re-registration: recreate a row that is gone,
+        # never change one that is there (the latest started process's definition
+        # stays; see Queue.register_schedules).
+        self.register_missing_schedule = register.on_conflict_do_update(
+            index_elements=[s.name], set_={"updated_at": s.updated_at}
+        )
         # -- tick: which schedules are due, by the queue's clock ----------------------
         self.select_due_schedules = (
-            select(s.name, s.last_slot_at, s.next_slot_at, now.label("now"))
+            select(
+                s.name,
+                s.type,
+                s.queue,
+                s.cron,
+                s.timezone,
+                s.last_slot_at,
+                s.next_slot_at,
+                now.label("now"),
+            )
             .where(s.next_slot_at <= now)
             .order_by(s.name)
         )

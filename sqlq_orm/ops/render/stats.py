@@ -13,8 +13,10 @@ from typing import Any
 from sqlq_orm.ops.render.text import (
     STATUS_ORDER,
     Paint,
+    Styled,
     human_seconds,
     percent,
+    printable,
     table,
     to_json,
     utc,
@@ -156,7 +158,8 @@ def _section_held(stats: QueueStats, paint: Paint) -> str:
     for job in stats.oldest_held:
         state = paint.status(job.worker_state.value)
         if job.worker_last_seen_at is not None:
-            state += f" (seen {human_seconds(stats.now - job.worker_last_seen_at)} ago)"
+            seen = human_seconds(stats.now - job.worker_last_seen_at)
+            state = Styled(f"{state} (seen {seen} ago)")
         rows.append(
             [
                 job.id,
@@ -187,7 +190,7 @@ def _section_held(stats: QueueStats, paint: Paint) -> str:
     silent = [w for w in stats.workers if w.state is not WorkerState.ALIVE]
     if silent:
         names = ", ".join(
-            f"{w.id} ({human_seconds(w.seen_seconds_ago)} ago, {w.held_jobs} job(s))"
+            f"{printable(w.id)} ({human_seconds(w.seen_seconds_ago)} ago, {w.held_jobs} job(s))"
             for w in silent
         )
         lines.append(f"  {paint('silent workers', 'red')}: {names}")

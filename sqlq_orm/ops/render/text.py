@@ -1,7 +1,14 @@
-"""What every renderer shares: colours, times, durations, aligned tables, JSON.
+"""What every renderer shares: escaping, colours, times, durations, aligned tables, JSON.
 
 Colour is ANSI and only when asked (the CLI asks when stdout is a TTY and ``NO_COLOR``
 is unset); :func:`table` measures widths on the visible text, so coloured cells align.
+
+Text from the database (types, queues, worker ids, dedupe keys, error details, app
+columns, schedule names, ...) is anyone's input: every text renderer passes it through
+:func:`printable` before it reaches a terminal, so an escape sequence or a newline in a
+job type cannot clear the screen or forge a line. :func:`table` and :class:`Paint` do
+it for their cells; renderers call it for what they interpolate themselves. JSON
+output needs none of this (``json.dumps`` escapes control characters itself).
 """
 
 from __future__ import annotations
@@ -40,6 +47,45 @@ _STATUS_COLOUR = {
 }
 _ANSI = re.compile(r"\033\[[0-9;]*m")
 
+_UNPRINTABLE = re.compile(
+    "[\x00-\x1f\x7f-\x9f"  # C0 and C1 controls: ESC, CSI, newline, carriage return, ...
+    "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"  # bidi controls: reorder the line
+    "\u2028\u2029]"  # line and paragraph separators
+)
+_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+class Styled(str):
+    """Text this layer made terminal-ready itself (escaped, then wrapped in its own ANSI
+    colour): :func:`printable` passes it through unchanged."""
+
+    __slots__ = ()
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    named = _NAMED_ESCAPES.get(char)
+    if named is not None:
+        return named
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(value: object) -> str:
+    """``value`` as text safe to print on a terminal: control characters (escape
+    sequences, newlines, carriage returns, tabs), bidi overrides and line separators
+    become visible backslash escapes (``\\x1b``, ``\\n``, ``\\u202e``).
+
+    Backslashes are left alone, so escaping twice changes nothing, and ordinary text
+    (any script, any emoji) comes back as it was. :class:`Styled` text passes through.
+    """
+    if isinstance(value, Styled):
+        return value
+    text = value if isinstance(value, str) else str(value)
+    if _UNPRINTABLE.search(text) is None:
+        return text
+    return _UNPRINTABLE.sub(_escape, text)
+
 
 class Paint:
     """Wraps text in ANSI colours, or leaves it alone when colour is off."""
@@ -48,9 +94,10 @@ class Paint:
         self.enabled = enabled
 
     def __call__(self, text: str, colour: str | None) -> str:
+        safe = printable(text)
         if not self.enabled or colour is None or not text:
-            return text
-        return f"{_COLOURS[colour]}{text}{_RESET}"
+            return safe
+        return Styled(f"{_COLOURS[colour]}{safe}{_RESET}")
 
     def status(self, text: str) -> str:
         return self(text, _STATUS_COLOUR.get(text))
@@ -101,10 +148,11 @@ def table(
 ) -> str:
     """Aligned columns; ``right`` lists the columns (numbers) aligned right.
 
-    Cells may carry ANSI colour: widths are measured on the visible text.
+    Every cell goes through :func:`printable`; cells :class:`Paint` coloured keep their
+    colour, and widths are measured on the visible text.
     """
-    cells = [[str(h) for h in headers]]
-    cells += [["-" if c is None else str(c) for c in row] for row in rows]
+    cells = [[printable(h) for h in headers]]
+    cells += [["-" if c is None else printable(c) for c in row] for row in rows]
     widths = [max(_visible_len(row[i]) for row in cells) for i in range(len(headers))]
     lines = []
     for row in cells:

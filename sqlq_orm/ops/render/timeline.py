@@ -6,7 +6,7 @@ import dataclasses
 import json
 from typing import Any
 
-from sqlq_orm.ops.render.text import Paint, human_seconds, table, to_json, utc
+from sqlq_orm.ops.render.text import Paint, human_seconds, printable, table, to_json, utc
 from sqlq_orm.ops.timeline import JobTimeline
 
 
@@ -19,13 +19,22 @@ def render_timeline_json(timeline: JobTimeline) -> str:
     return to_json(timeline_to_dict(timeline))
 
 
+def _detail_value(key: str, value: Any) -> Any:
+    """An event detail's value as shown: epoch seconds (``run_at``, ``lease_expires_at``,
+    ``slot_at``, ...) as UTC times, everything else as it is."""
+    if key.endswith("_at") and isinstance(value, int) and not isinstance(value, bool):
+        return utc(value).replace(" ", "T")
+    return value
+
+
 def _detail_text(detail: Any, limit: int = 80) -> str:
     if detail is None:
         return ""
     if isinstance(detail, dict):
-        text = " ".join(f"{k}={v}" for k, v in detail.items())
+        text = " ".join(f"{k}={_detail_value(k, v)}" for k, v in detail.items())
     else:
         text = str(detail)
+    text = printable(text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -45,11 +54,13 @@ def render_timeline_text(timeline: JobTimeline, *, color: bool = False) -> str:
         if not isinstance(job.payload, str)
         else job.payload
     )
+    payload = printable(payload)
     if len(payload) > 200:
         payload = payload[:199] + "…"
     max_runtime = "-" if job.max_runtime_seconds is None else f"{job.max_runtime_seconds}s"
     lines = [
-        f"{paint(f'job {job.id}', 'bold')}  type={job.type}  queue={job.queue}  "
+        f"{paint(f'job {job.id}', 'bold')}  type={printable(job.type)}  "
+        f"queue={printable(job.queue)}  "
         f"status={paint.status(job.status)}  priority={job.priority}",
         f"  created {utc(job.created_at)} ({human_seconds(now - job.created_at)} ago)   "
         f"run_at {_offset(job.run_at, origin)}   started {_offset(job.started_at, origin)}   "
@@ -59,25 +70,39 @@ def render_timeline_text(timeline: JobTimeline, *, color: bool = False) -> str:
         f"  payload {payload}",
     ]
     if job.payload_ref or job.result_ref:
-        lines.append(f"  payload_ref {job.payload_ref or '-'}   result_ref {job.result_ref or '-'}")
+        lines.append(
+            f"  payload_ref {printable(job.payload_ref or '-')}   "
+            f"result_ref {printable(job.result_ref or '-')}"
+        )
     if job.dedupe_key:
-        lines.append(f"  dedupe_key {job.dedupe_key}")
+        lines.append(f"  dedupe_key {printable(job.dedupe_key)}")
     if job.concurrency_key is not None:
         lines.append(
-            f"  concurrency_key {job.concurrency_key} (at most {job.concurrency_limit} at once)"
+            f"  concurrency_key {printable(job.concurrency_key)} "
+            f"(at most {job.concurrency_limit} at once)"
         )
     if job.columns:
-        lines.append("  " + "   ".join(f"{name} {value}" for name, value in job.columns.items()))
+        lines.append(
+            "  "
+            + "   ".join(
+                f"{printable(name)} {printable(value)}" for name, value in job.columns.items()
+            )
+        )
     if job.error_code:
         lines.append(
-            f"  error {paint(job.error_code, 'red')}: {job.error_detail or ''}".rstrip(" :")
+            f"  error {paint(job.error_code, 'red')}: {printable(job.error_detail or '')}".rstrip(
+                " :"
+            )
         )
     if timeline.worker_state is not None:
         state = paint.status(timeline.worker_state.value)
         seen = ""
         if timeline.worker is not None:
             w = timeline.worker
-            seen = f", {w.hostname} pid {w.pid}, seen {human_seconds(w.seen_seconds_ago)} ago"
+            seen = (
+                f", {printable(w.hostname)} pid {w.pid}, "
+                f"seen {human_seconds(w.seen_seconds_ago)} ago"
+            )
         lease = "-"
         if job.lease_expires_at is not None:
             left = job.lease_expires_at - now
@@ -90,7 +115,7 @@ def render_timeline_text(timeline: JobTimeline, *, color: bool = False) -> str:
             "-" if job.heartbeat_at is None else f"{human_seconds(now - job.heartbeat_at)} ago"
         )
         lines.append(
-            f"  held by {job.claimed_by} ({state}{seen})   last heartbeat {heartbeat}   "
+            f"  held by {printable(job.claimed_by)} ({state}{seen})   last heartbeat {heartbeat}   "
             f"lease {lease}"
         )
     parts = ["\n".join(lines)]

@@ -63,12 +63,17 @@ def collect_stats(
     :class:`~sqlq_orm.ops.retention.RetentionPolicy`) decides what counts as due for
     pruning. Bad arguments raise :class:`~sqlq_orm.errors.InvalidInput`.
     """
-    top_n = validation.require_int("top_n", top_n, minimum=1)
-    stuck_limit = validation.require_int("stuck_limit", stuck_limit, minimum=1)
-    worker_stale_seconds = validation.require_int(
-        "worker_stale_seconds", worker_stale_seconds, minimum=1
+    top_n = validation.require_int("top_n", top_n, minimum=1, maximum=validation.INT32_MAX)
+    stuck_limit = validation.require_int(
+        "stuck_limit", stuck_limit, minimum=1, maximum=validation.INT32_MAX
     )
-    windows = [validation.require_int("window", w, minimum=1) for w in windows]
+    worker_stale_seconds = validation.require_int(
+        "worker_stale_seconds", worker_stale_seconds, minimum=1, maximum=validation.INT32_MAX
+    )
+    windows = [
+        validation.require_int("window", w, minimum=1, maximum=validation.INT32_MAX)
+        for w in windows
+    ]
     if not windows:
         windows = list(DEFAULT_WINDOWS)
     long_window = max(windows)

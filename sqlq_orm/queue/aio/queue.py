@@ -8,6 +8,13 @@ commit, a pool checkout) the greenlet hands control back to the event loop. The 
 the validation, the fencing and the errors are therefore not copies: they are the
 synchronous queue's, statement for statement.
 
+Each operation is written once, in :class:`~sqlq_orm.Queue`; :class:`AsyncQueue` lists
+it with one line, ``name = awaited(Queue.name)``. :class:`awaited` is a typed
+descriptor: for mypy and IDEs the attribute has the ``Queue`` method's own parameters
+(a ``ParamSpec``) and returns an awaitable of its result; at run time it calls the
+synchronous queue's bound method through the greenlet bridge, handing ``session=`` over
+as the ``AsyncSession``'s ``sync_session``.
+
 What must not block the loop's thread does not: the driver's IO is awaited; SQLite's
 per-engine write turns are an :class:`asyncio.Lock` for async engines
 (:class:`~sqlq_orm.db.write_locks.LoopTurns`); the in-process wake-ups only set
@@ -16,8 +23,10 @@ per-engine write turns are an :class:`asyncio.Lock` for async engines
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+import functools
+import inspect
+from collections.abc import Callable, Coroutine
+from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar, cast, overload
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Session
@@ -25,36 +34,25 @@ from sqlalchemy.util import greenlet_spawn
 
 from sqlq_orm.core import validation
 from sqlq_orm.core.backoff import RetryPolicy
-from sqlq_orm.core.lease import Lease
-from sqlq_orm.core.schedule import Schedule
 from sqlq_orm.db.backends import Backend
 from sqlq_orm.db.clock import Clock
 from sqlq_orm.db.context import QueueContext
 from sqlq_orm.db.tables import Models
-from sqlq_orm.errors import InvalidInput, LeaseLost, MaxRuntimeExceeded
-from sqlq_orm.ops.retention import PruneResult, RetentionPolicy
-from sqlq_orm.ops.stats import QueueStats
-from sqlq_orm.ops.timeline import RelatedJob
-from sqlq_orm.queue.core import (
-    DEFAULT_HEARTBEAT_EVENT_INTERVAL,
-    DEFAULT_LEASE_SECONDS,
-    SYSTEM_ACTOR,
-)
+from sqlq_orm.errors import InvalidInput
+from sqlq_orm.queue.core import DEFAULT_HEARTBEAT_EVENT_INTERVAL, DEFAULT_LEASE_SECONDS
 from sqlq_orm.queue.queue import Queue
-from sqlq_orm.queue.types import (
-    EnqueuedJob,
-    JobFailure,
-    JobSpec,
-    ScheduleState,
-    SweepResult,
-    TickResult,
-)
-from sqlq_orm.schema.states import JobStatus
 
+_P = ParamSpec("_P")
 _R = TypeVar("_R")
 
+SYNC_ONLY = frozenset({"read", "session", "watch_for_jobs"})
+"""``Queue`` methods with no awaitable form: ``read()`` and ``session()`` hand out
+synchronous connections and ORM sessions (use the app's own ``AsyncSession`` for
+reads), and ``watch_for_jobs`` sets a ``threading.Event`` for a worker's thread.
+``tests/unit/test_aio_surface.py`` checks every other public method is here."""
 
-def _sync_session(session: AsyncSession | None, method: str) -> Session | None:
+
+def _sync_session(session: object, method: str) -> Session | None:
     """The synchronous :class:`Session` behind the caller's ``AsyncSession``."""
     if session is None:
         return None
@@ -66,6 +64,60 @@ def _sync_session(session: AsyncSession | None, method: str) -> Session | None:
     return session.sync_session
 
 
+class awaited(Generic[_P, _R]):  # noqa: N801 - used like a decorator, named like one
+    """An :class:`AsyncQueue` operation derived from a :class:`~sqlq_orm.Queue` method.
+
+    ``enqueue = awaited(Queue.enqueue)`` gives ``AsyncQueue`` an ``enqueue`` with the
+    same parameters (types, defaults, keyword-only markers, ``**app_columns``) whose
+    call returns a coroutine of the same result. The first access on an instance
+    builds the coroutine function around that instance's synchronous queue and keeps
+    it in the instance, so later calls cost a dictionary lookup.
+    """
+
+    def __init__(self, method: Callable[Concatenate[Any, _P], _R]) -> None:
+        self.method = method
+        self.name = method.__name__
+        self.__doc__ = method.__doc__
+        self.__wrapped__ = method
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        if name != self.name:
+            raise TypeError(f"{owner.__name__}.{name} = awaited(Queue.{self.name}): names differ")
+
+    @overload
+    def __get__(self, instance: None, owner: type | None = None) -> Self: ...
+
+    @overload
+    def __get__(
+        self, instance: AsyncQueue, owner: type | None = None
+    ) -> Callable[_P, Coroutine[Any, Any, _R]]: ...
+
+    def __get__(
+        self, instance: AsyncQueue | None, owner: type | None = None
+    ) -> Self | Callable[_P, Coroutine[Any, Any, _R]]:
+        if instance is None:
+            return self
+        bound = getattr(instance.sync_queue, self.name)
+        name = self.name
+        takes_session = "session" in inspect.signature(bound).parameters
+
+        async def operation(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            if not instance._schema_checked:
+                # Not at construction: an AsyncEngine can only be read from a coroutine.
+                await greenlet_spawn(instance.sync_queue.check_schema)
+                instance._schema_checked = True
+            if takes_session and kwargs.get("session") is not None:
+                cast(dict[str, Any], kwargs)["session"] = _sync_session(kwargs["session"], name)
+            return cast(_R, await greenlet_spawn(functools.partial(bound, *args, **kwargs)))
+
+        operation.__name__ = name
+        operation.__qualname__ = f"{type(instance).__name__}.{name}"
+        operation.__doc__ = self.method.__doc__
+        operation.__signature__ = inspect.signature(bound)  # type: ignore[attr-defined]
+        instance.__dict__[name] = operation
+        return operation
+
+
 class AsyncQueue:
     """A job queue stored in the tables of ``models``, used from asyncio code.
 
@@ -75,7 +127,8 @@ class AsyncQueue:
     :class:`~sqlalchemy.ext.asyncio.async_sessionmaker` bound to one. The other
     arguments are :class:`~sqlq_orm.Queue`'s. Every operation is the synchronous
     queue's, awaited: same arguments, same results, same errors
-    (:class:`~sqlq_orm.errors.InvalidInput`, :class:`~sqlq_orm.errors.LeaseLost`, ...).
+    (:class:`~sqlq_orm.errors.InvalidInput`, :class:`~sqlq_orm.errors.LeaseLost`, ...);
+    ``session=`` takes an :class:`~sqlalchemy.ext.asyncio.AsyncSession`.
 
     The synchronous queue on the same database is :attr:`sync_queue`; a
     :class:`~sqlq_orm.Worker` runs jobs enqueued here (its handlers may be
@@ -106,6 +159,8 @@ class AsyncQueue:
                 "for an Engine use sqlq_orm.Queue"
             )
         self.engine = bind
+        self._schema_checked = False
+        """Whether an operation has checked the schema yet (see :meth:`Queue.check_schema`)."""
         self.sync_queue = Queue(
             bind.sync_engine,
             models=models,
@@ -133,239 +188,36 @@ class AsyncQueue:
     def dialect(self) -> Backend:
         return self.sync_queue.dialect
 
-    async def _run(self, operation: Callable[..., _R], /, *args: Any, **kwargs: Any) -> _R:
-        """Run one synchronous queue operation in a greenlet on the running loop."""
-        return await greenlet_spawn(operation, *args, **kwargs)
+    # Every Queue operation, awaitable: one line each (see ``awaited``). A new Queue
+    # method is added here the same way, or to SYNC_ONLY with the reason.
 
-    # ------------------------------------------------------------------ enqueueing
-
-    async def enqueue(
-        self,
-        type: str,
-        payload: Any = None,
-        *,
-        session: AsyncSession | None = None,
-        **options: Any,
-    ) -> EnqueuedJob:
-        """Enqueue one job; see :meth:`sqlq_orm.Queue.enqueue` for every option.
-
-        With ``session`` (an :class:`~sqlalchemy.ext.asyncio.AsyncSession` on the
-        queue's database) the job is written in the caller's transaction and commits
-        or rolls back with it; idle workers of this process are woken on commit.
-        Keyword options (``queue=``, ``priority=``, ``delay=``, ``dedupe_key=``, the
-        app's own columns, ...) are passed to the synchronous queue as they are.
-        """
-        sync_session = _sync_session(session, "enqueue")
-        return await self._run(
-            self.sync_queue.enqueue, type, payload, session=sync_session, **options
-        )
-
-    async def enqueue_many(
-        self,
-        jobs: Iterable[JobSpec | Mapping[str, Any]],
-        *,
-        session: AsyncSession | None = None,
-        **options: Any,
-    ) -> list[int]:
-        """Enqueue many jobs in one transaction; see :meth:`sqlq_orm.Queue.enqueue_many`."""
-        sync_session = _sync_session(session, "enqueue_many")
-        return await self._run(self.sync_queue.enqueue_many, jobs, session=sync_session, **options)
-
-    async def enqueue_chain(
-        self, jobs: Sequence[JobSpec | Mapping[str, Any]], *, session: AsyncSession | None = None
-    ) -> list[int]:
-        """Enqueue jobs that run one after another; see :meth:`sqlq_orm.Queue.enqueue_chain`."""
-        sync_session = _sync_session(session, "enqueue_chain")
-        return await self._run(self.sync_queue.enqueue_chain, jobs, session=sync_session)
-
-    async def enqueue_fan_in(
-        self,
-        parents: Sequence[JobSpec | Mapping[str, Any]],
-        then: JobSpec | Mapping[str, Any],
-        *,
-        session: AsyncSession | None = None,
-    ) -> list[int]:
-        """Enqueue jobs and one that runs after all of them; see
-        :meth:`sqlq_orm.Queue.enqueue_fan_in`."""
-        sync_session = _sync_session(session, "enqueue_fan_in")
-        return await self._run(self.sync_queue.enqueue_fan_in, parents, then, session=sync_session)
-
-    # ------------------------------------------------------------------ claiming and leases
-
-    async def claim(
-        self,
-        worker_id: str,
-        *,
-        queues: Sequence[str] = ("default",),
-        limit: int = 1,
-        lease_seconds: int | None = None,
-        start: bool = False,
-    ) -> list[Lease]:
-        """Claim up to ``limit`` due jobs; see :meth:`sqlq_orm.Queue.claim`."""
-        return await self._run(
-            self.sync_queue.claim,
-            worker_id,
-            queues=queues,
-            limit=limit,
-            lease_seconds=lease_seconds,
-            start=start,
-        )
-
-    async def start(self, lease: Lease) -> Lease:
-        """Mark a claimed job running; see :meth:`sqlq_orm.Queue.start`."""
-        return await self._run(self.sync_queue.start, lease)
-
-    async def heartbeat(self, lease: Lease, lease_seconds: int | None = None) -> int:
-        """Extend a lease; see :meth:`sqlq_orm.Queue.heartbeat`."""
-        return await self._run(self.sync_queue.heartbeat, lease, lease_seconds)
-
-    async def heartbeat_many(
-        self, leases: Sequence[Lease], lease_seconds: int | None = None
-    ) -> dict[int, int | LeaseLost | MaxRuntimeExceeded]:
-        """Extend many leases at once; see :meth:`sqlq_orm.Queue.heartbeat_many`."""
-        return await self._run(self.sync_queue.heartbeat_many, leases, lease_seconds)
-
-    async def succeed(self, lease: Lease, result_ref: str | None = None) -> None:
-        """Record success; see :meth:`sqlq_orm.Queue.succeed`."""
-        await self._run(self.sync_queue.succeed, lease, result_ref)
-
-    async def succeed_many(self, leases: Sequence[Lease]) -> list[Lease]:
-        """Record many successes; see :meth:`sqlq_orm.Queue.succeed_many`."""
-        return await self._run(self.sync_queue.succeed_many, leases)
-
-    async def fail(
-        self,
-        lease: Lease,
-        error_code: str,
-        error_detail: str | None = None,
-        *,
-        retryable: bool = True,
-    ) -> JobStatus:
-        """Record a failure (retry or fail for good); see :meth:`sqlq_orm.Queue.fail`."""
-        return await self._run(
-            self.sync_queue.fail, lease, error_code, error_detail, retryable=retryable
-        )
-
-    async def fail_many(self, failures: Sequence[JobFailure]) -> dict[int, JobStatus | None]:
-        """Record many failures; see :meth:`sqlq_orm.Queue.fail_many`."""
-        return await self._run(self.sync_queue.fail_many, failures)
-
-    async def release(self, lease: Lease, reason: str = "released by worker") -> None:
-        """Give a job back unrun; see :meth:`sqlq_orm.Queue.release`."""
-        await self._run(self.sync_queue.release, lease, reason)
-
-    async def release_many(
-        self, leases: Sequence[Lease], reason: str = "released by worker"
-    ) -> list[Lease]:
-        """Give many jobs back; see :meth:`sqlq_orm.Queue.release_many`."""
-        return await self._run(self.sync_queue.release_many, leases, reason)
-
-    # ------------------------------------------------------------------ maintenance, admin
-
-    async def sweep(
-        self, *, batch_size: int = 100, max_batches: int | None = None, actor: str = SYSTEM_ACTOR
-    ) -> SweepResult:
-        """Reclaim expired leases in batches; see :meth:`sqlq_orm.Queue.sweep`."""
-        return await self._run(
-            self.sync_queue.sweep, batch_size=batch_size, max_batches=max_batches, actor=actor
-        )
-
-    async def cancel(
-        self, job_id: int, *, actor: str = SYSTEM_ACTOR, reason: str | None = None
-    ) -> None:
-        """Cancel a job; see :meth:`sqlq_orm.Queue.cancel`."""
-        await self._run(self.sync_queue.cancel, job_id, actor=actor, reason=reason)
-
-    async def retry(self, job_id: int, *, actor: str = SYSTEM_ACTOR) -> None:
-        """Queue a failed or cancelled job again; see :meth:`sqlq_orm.Queue.retry`."""
-        await self._run(self.sync_queue.retry, job_id, actor=actor)
-
-    async def get_job(self, job_id: int) -> Any:
-        """The job with its ``attempts`` and ``events`` loaded; see
-        :meth:`sqlq_orm.Queue.get_job`."""
-        return await self._run(self.sync_queue.get_job, job_id)
-
-    async def dependencies_of(self, job_id: int) -> tuple[list[RelatedJob], list[RelatedJob]]:
-        """``(parents, children)`` of a job; see :meth:`sqlq_orm.Queue.dependencies_of`."""
-        return await self._run(self.sync_queue.dependencies_of, job_id)
-
-    async def counts_by_status(self) -> dict[str, int]:
-        """Jobs per status; see :meth:`sqlq_orm.Queue.counts_by_status`."""
-        return await self._run(self.sync_queue.counts_by_status)
-
-    async def stats(
-        self,
-        *,
-        top_n: int = 10,
-        stuck_limit: int = 10,
-        windows: Sequence[int] = (300, 3600),
-        worker_stale_seconds: int = 60,
-        policy: RetentionPolicy | None = None,
-    ) -> QueueStats:
-        """Counts, stuck jobs, retries, latency and more; see :meth:`sqlq_orm.Queue.stats`."""
-        return await self._run(
-            self.sync_queue.stats,
-            top_n=top_n,
-            stuck_limit=stuck_limit,
-            windows=windows,
-            worker_stale_seconds=worker_stale_seconds,
-            policy=policy,
-        )
-
-    async def prune(
-        self,
-        policy: RetentionPolicy | None = None,
-        *,
-        batch_size: int = 5000,
-        max_batches: int | None = None,
-        dry_run: bool = False,
-    ) -> PruneResult:
-        """Delete finished jobs past their retention; see :meth:`sqlq_orm.Queue.prune`."""
-        return await self._run(
-            self.sync_queue.prune,
-            policy,
-            batch_size=batch_size,
-            max_batches=max_batches,
-            dry_run=dry_run,
-        )
-
-    # ------------------------------------------------------------------ workers, schedules
-
-    async def register_worker(
-        self,
-        worker_id: str,
-        *,
-        hostname: str,
-        pid: int,
-        queues: Sequence[str],
-        concurrency: int,
-    ) -> None:
-        """Record a worker; see :meth:`sqlq_orm.Queue.register_worker`."""
-        await self._run(
-            self.sync_queue.register_worker,
-            worker_id,
-            hostname=hostname,
-            pid=pid,
-            queues=queues,
-            concurrency=concurrency,
-        )
-
-    async def deregister_worker(self, worker_id: str) -> None:
-        """Forget a worker; see :meth:`sqlq_orm.Queue.deregister_worker`."""
-        await self._run(self.sync_queue.deregister_worker, worker_id)
-
-    async def register_schedules(self, schedules: Iterable[Schedule]) -> None:
-        """Record recurring schedules; see :meth:`sqlq_orm.Queue.register_schedules`."""
-        await self._run(self.sync_queue.register_schedules, schedules)
-
-    async def enqueue_due_slots(self, schedules: Mapping[str, Schedule]) -> TickResult:
-        """Enqueue the schedules' due slots; see :meth:`sqlq_orm.Queue.enqueue_due_slots`."""
-        return await self._run(self.sync_queue.enqueue_due_slots, schedules)
-
-    async def list_schedules(self) -> list[ScheduleState]:
-        """The recorded schedules; see :meth:`sqlq_orm.Queue.list_schedules`."""
-        return await self._run(self.sync_queue.list_schedules)
-
-    async def remove_schedule(self, name: str) -> bool:
-        """Remove a schedule; see :meth:`sqlq_orm.Queue.remove_schedule`."""
-        return await self._run(self.sync_queue.remove_schedule, name)
+    enqueue = awaited(Queue.enqueue)
+    enqueue_many = awaited(Queue.enqueue_many)
+    enqueue_chain = awaited(Queue.enqueue_chain)
+    enqueue_fan_in = awaited(Queue.enqueue_fan_in)
+    claim = awaited(Queue.claim)
+    start = awaited(Queue.start)
+    heartbeat = awaited(Queue.heartbeat)
+    heartbeat_many = awaited(Queue.heartbeat_many)
+    succeed = awaited(Queue.succeed)
+    succeed_many = awaited(Queue.succeed_many)
+    fail = awaited(Queue.fail)
+    fail_many = awaited(Queue.fail_many)
+    release = awaited(Queue.release)
+    release_many = awaited(Queue.release_many)
+    sweep = awaited(Queue.sweep)
+    cancel = awaited(Queue.cancel)
+    retry = awaited(Queue.retry)
+    get_job = awaited(Queue.get_job)
+    dependencies_of = awaited(Queue.dependencies_of)
+    counts_by_status = awaited(Queue.counts_by_status)
+    stats = awaited(Queue.stats)
+    prune = awaited(Queue.prune)
+    register_worker = awaited(Queue.register_worker)
+    deregister_worker = awaited(Queue.deregister_worker)
+    register_schedules = awaited(Queue.register_schedules)
+    enqueue_due_slots = awaited(Queue.enqueue_due_slots)
+    list_schedules = awaited(Queue.list_schedules)
+    remove_schedule = awaited(Queue.remove_schedule)
+    seconds_until_next_job = awaited(Queue.seconds_until_next_job)
+    check_schema = awaited(Queue.check_schema)
