@@ -20,11 +20,13 @@ setup should use that instead (see :mod:`sqlq_orm.migrations`).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy
+import sqlalchemy.exc
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -106,11 +108,33 @@ def upgrade(bind: str | sqlalchemy.URL | Engine, revision: str = "heads") -> Non
     Anything else already in the way raises :class:`~sqlq_orm.errors.SqlqError`
     and changes nothing.
     """
-    with _connection(bind) as connection, migration_session_locked(connection):
-        _refuse_unknown_revision(connection)
-        if _adopt_unversioned_tables(connection):
-            return
-        command.upgrade(config(connection), revision)
+    for attempt in range(_LOCKED_ATTEMPTS):
+        try:
+            with _connection(bind) as connection, migration_session_locked(connection):
+                _refuse_unknown_revision(connection)
+                if _adopt_unversioned_tables(connection):
+                    return
+                command.upgrade(config(connection), revision)
+                return
+        except sqlalchemy.exc.OperationalError as exc:
+            if not _sqlite_locked_at_once(exc) or attempt == _LOCKED_ATTEMPTS - 1:
+                raise
+            log.info("SQLite refused the migration's lock at once; starting it again")
+            time.sleep(_LOCKED_PAUSE_SECONDS * (attempt + 1))
+
+
+# SQLite answers "database is locked" without waiting out busy_timeout where waiting
+# could deadlock (a connection with a read lock asking for the write lock while
+# another holds it; switching a fresh file to WAL while others open it). Its advice
+# is to start the transaction again. A migration is one transaction and running it
+# again is harmless (a database already at the revision is left alone), so a few
+# processes upgrading at once at start-up all succeed.
+_LOCKED_ATTEMPTS = 5
+_LOCKED_PAUSE_SECONDS = 0.2
+
+
+def _sqlite_locked_at_once(exc: sqlalchemy.exc.OperationalError) -> bool:
+    return "database is locked" in str(exc.orig) and type(exc.orig).__module__.startswith("sqlite3")
 
 
 def downgrade(bind: str | sqlalchemy.URL | Engine, revision: str) -> None:

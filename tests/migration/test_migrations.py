@@ -9,6 +9,7 @@ see an index's DESC or WHERE, the migrated schema is compared with the one
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -551,3 +552,24 @@ def test_sqlite_migration_that_orphans_rows_is_rolled_back(sqlite_url, tmp_path)
 
     assert migrate.current(sqlite_url) == NEWEST
     assert count(sqlite_url, Job) == 1
+
+
+def test_sqlite_upgrade_runs_again_when_the_lock_is_refused_at_once(tmp_path):
+    # busy_timeout 0 makes SQLite refuse the lock at once, as it does (whatever the
+    # timeout) where waiting could deadlock: the migration starts again and succeeds.
+    import threading
+
+    url = f"sqlite:///{tmp_path / 'queue.db'}"
+    engine = sqlq_orm.create_engine(url, busy_timeout_ms=0)
+    holder = sqlite3.connect(tmp_path / "queue.db", isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(0.3, holder.rollback)
+    release.start()
+    try:
+        migrate.upgrade(engine)
+    finally:
+        release.join()
+        holder.close()
+
+    assert migrate.current(engine) == set(migrate.newest_revisions())
+    engine.dispose()
