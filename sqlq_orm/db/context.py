@@ -19,6 +19,7 @@ from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.orm import Session
 
 from sqlq_orm.db.backends import Backend, backend_for
+from sqlq_orm.db.backends.base import AFTER_TRANSACTION
 from sqlq_orm.db.clock import Clock, DatabaseClock
 from sqlq_orm.db.engine import DEFAULT_BUSY_TIMEOUT_MS, adopt_engine
 from sqlq_orm.db.statements import Statements
@@ -67,7 +68,11 @@ class QueueContext:
             yield connection
             return
         if self._write_lock is None:
-            with self._write_engine.begin() as connection:
+            with (
+                self._write_engine.connect() as connection,
+                _then_after_transaction(connection),
+                connection.begin(),
+            ):
                 yield connection
             return
         with (
@@ -119,6 +124,23 @@ class QueueContext:
         """Read "now" in a read transaction of its own."""
         with self.read() as connection:
             return self.now(connection)
+
+
+@contextmanager
+def _then_after_transaction(connection: Connection) -> Iterator[None]:
+    """Around a transaction of our own: run what it asked to run once it has ended
+    (:func:`~sqlq_orm.db.backends.base.after_transaction`, e.g. letting go of MySQL
+    named locks), committed or rolled back. A call that fails invalidates the
+    connection: the session, and whatever it held, goes away with it."""
+    try:
+        yield
+    finally:
+        for call in connection.info.pop(AFTER_TRANSACTION, []):
+            try:
+                call(connection)
+            except Exception:  # noqa: BLE001 - the transaction's own outcome comes first
+                connection.invalidate()
+                break
 
 
 def database_identity(url: URL) -> tuple[str, str | None]:

@@ -98,11 +98,19 @@ class Dependencies(QueueCore):
         if not wanted:
             return [None] * len(requests)
         params = {"p_ids": wanted}
+        # Flag the parents that have no child yet (an exclusive lock, once per parent),
+        # then share-lock them all (see DependencyStatements: the lock that holds off a
+        # parent's end without stalling the worker renewing its lease).
+        unflagged = connection.execute(self.sql.unflagged_parents, params).scalars().all()
+        if unflagged:
+            to_flag = {"p_ids": sorted(unflagged)}
+            locked = connection.execute(self.sql.lock_unflagged_parents, to_flag).scalars().all()
+            if locked:
+                connection.execute(self.sql.flag_parents, {"p_ids": list(locked)})
         found = {row.id for row in connection.execute(self.sql.lock_parents, params)}
         missing = [i for i in wanted if i not in found]
         if missing:
             raise InvalidInput(f"depends_on names jobs that do not exist: {missing}")
-        connection.execute(self.sql.flag_parents, params)
         statuses = {
             row.id: JobStatus(row.status)
             for row in connection.execute(self.sql.parent_states, params)

@@ -15,6 +15,8 @@ index's predicate holds, and is NULL otherwise (InnoDB allows any number of NULL
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -32,7 +34,7 @@ from sqlalchemy.sql.dml import Update
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.sqltypes import NullType
 
-from sqlq_orm.db.backends.base import Backend, MaintenanceStatement
+from sqlq_orm.db.backends.base import Backend, MaintenanceStatement, after_transaction
 from sqlq_orm.db.clock import epoch_now
 from sqlq_orm.errors import SqlqError
 from sqlq_orm.schema.mixins import DEDUPE_KEY_MAX
@@ -234,6 +236,36 @@ def install_hooks(engine: Engine, busy_timeout_ms: int) -> None:
         return IntegrityError(error.statement, error.params, context.original_exception)
 
 
+KEY_LOCK_WAIT_SECONDS = 10
+"""How long a claim waits for a concurrency key's named lock (held by another claim
+for its recount and commit: milliseconds) before it rolls back and claims again."""
+
+
+def key_lock_name(scope: str, key: str) -> str:
+    """The named lock of one concurrency key of one job table (64 characters at most,
+    whatever the key: a digest; a collision only makes two keys wait for each other)."""
+    return "sqlq_key:" + hashlib.sha1(f"{scope}\0{key}".encode()).hexdigest()
+
+
+def _lock_concurrency_keys(connection: Connection, scope: str, keys: Sequence[str]) -> bool:
+    # Named locks, not a locking read of the keys' held rows: such a read waits for
+    # any transaction holding one of those rows (an app transaction that enqueued a
+    # child of a running job), stalling every claim of the key. A named lock belongs
+    # to the session, so it is let go once the claim's transaction has ended
+    # (committed: a claim that waited counts what this one claimed).
+    for key in sorted(set(keys)):
+        name = key_lock_name(scope, key)
+        got = connection.execute(sa_select(func.get_lock(name, KEY_LOCK_WAIT_SECONDS))).scalar()
+        if got != 1:
+            return False
+        after_transaction(connection, functools.partial(_release_lock, name=name))
+    return True
+
+
+def _release_lock(connection: Connection, *, name: str) -> None:
+    connection.execute(sa_select(func.release_lock(name)))
+
+
 def _get_migration_lock(connection: Connection) -> None:
     got = connection.exec_driver_sql(
         f"SELECT GET_LOCK('{MIGRATION_LOCK}', {MIGRATION_LOCK_WAIT_SECONDS})"
@@ -403,7 +435,7 @@ def _backend(name: str) -> Backend:
         is_duplicate_key=is_duplicate_key,
         is_retryable=is_retryable,
         concurrency_recheck=True,
-        recount_locks_rows=True,
+        lock_concurrency_keys=_lock_concurrency_keys,
         install_hooks=install_hooks,
         materialize=_plain_cte,
         by_primary_key=_by_primary_key,

@@ -10,7 +10,7 @@ import select as selectors
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Text, bindparam, cast, func, type_coerce
+from sqlalchemy import Text, bindparam, cast, func, text, type_coerce
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.compiler import compiles
@@ -117,6 +117,19 @@ class _Listener:
         self._connection.close()
 
 
+_KEY_LOCKS = text(
+    # hashtext collisions only make two keys wait for each other; never unsafe.
+    "SELECT pg_advisory_xact_lock(hashtext(:p_scope), hashtext(k))"
+    " FROM (SELECT DISTINCT unnest(CAST(:p_keys AS TEXT[])) AS k ORDER BY k) AS keys"
+)
+
+
+def _lock_concurrency_keys(connection: Connection, scope: str, keys: Sequence[str]) -> bool:
+    # Transaction-scoped: let go at commit or rollback, nothing to undo.
+    connection.execute(_KEY_LOCKS, {"p_scope": scope, "p_keys": list(keys)})
+    return True
+
+
 def _open_wake_listener(engine: Engine, channel: str) -> WakeListener | None:
     if engine.dialect.driver != "psycopg":
         return None  # LISTEN needs psycopg 3's notifications; other drivers poll
@@ -136,11 +149,7 @@ BACKEND = Backend(
     rows_changed=lambda connection, result: int(result.rowcount),
     history_in_one_statement=True,
     concurrency_recheck=True,
-    key_lock_sql=(
-        # hashtext collisions only make two keys wait for each other; never unsafe.
-        "SELECT pg_advisory_xact_lock(hashtext(:p_scope), hashtext(k))"
-        " FROM (SELECT DISTINCT unnest(CAST(:p_keys AS TEXT[])) AS k ORDER BY k) AS keys"
-    ),
+    lock_concurrency_keys=_lock_concurrency_keys,
     rows_from_arrays=_rows_from_arrays,
     json_string=lambda text: cast(func.to_json(text), Text),
     maintenance=_maintenance,

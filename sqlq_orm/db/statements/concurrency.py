@@ -12,9 +12,12 @@ On SQLite that is the whole story: one writer at a time, so the claim always cou
 what is there. On PostgreSQL and MySQL two claims run side by side, each counting on
 a snapshot that misses the other's uncommitted claim, and both could take the last
 place of a key. So a claim that took keyed jobs counts those keys again before it
-commits (:attr:`ConcurrencyStatements.recount_held`), after a per-key lock
-(PostgreSQL advisory locks) or as a locking read that waits for the other claim to
-commit (InnoDB); if a key is now over its limit the claim rolls back and runs again.
+commits (:attr:`ConcurrencyStatements.recount_held`), after a per-key lock held until
+its transaction ends (PostgreSQL advisory locks, MySQL named locks: the backend's
+``lock_concurrency_keys``), so the later of two claims of a key counts what the
+earlier one committed; if a key is now over its limit the claim rolls back and runs
+again. The recount is a plain read: it never waits on a job row another transaction
+holds locked.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import bindparam, func, select, text
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.engine import Row
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -39,13 +42,8 @@ class ConcurrencyStatements(StatementGroup):
             j.concurrency_key.in_(bindparam("p_keys", expanding=True)),
             status_in(j.status, HELD_VALUES),
         )
-        if self.dialect.recount_locks_rows:
-            recount = recount.with_for_update()
         self.recount_held = recount
         self.recheck_concurrency = self.dialect.concurrency_recheck
-        self.lock_concurrency_keys = (
-            None if self.dialect.key_lock_sql is None else text(self.dialect.key_lock_sql)
-        )
         # Keys of two job tables in one database must not share locks.
         self.concurrency_lock_scope = self.tables.jobs.fullname
 
