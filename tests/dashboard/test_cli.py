@@ -61,8 +61,16 @@ def test_sqlq_dashboard_serves_the_pages_on_loopback(sqlite_url):
     port = free_port()
     process = subprocess.Popen(
         [
-            sys.executable, "-m", "sqlq_orm", "--db", sqlite_url, "dashboard",
-            "--port", str(port), "--allowed-host", "jobs.example.com",
+            sys.executable,
+            "-m",
+            "sqlq_orm",
+            "--db",
+            sqlite_url,
+            "dashboard",
+            "--port",
+            str(port),
+            "--allowed-host",
+            "jobs.example.com",
         ],  # fmt: skip
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
