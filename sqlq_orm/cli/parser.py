@@ -335,6 +335,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--refresh", type=whole_number(0, 86_400), default=5, metavar="SECONDS",
         help="pages refresh themselves this often; 0: never (default 5)",
     )  # fmt: skip
+    p.add_argument(
+        "--allowed-host", action="append", dest="allowed_hosts", metavar="NAME",
+        help="a Host name the dashboard answers besides localhost, 127.0.0.1, ::1 and "
+        "the --host address (repeatable; '.example.com' for a domain and its subdomains)",
+    )  # fmt: skip
 
     p = add("demo", demo)
     p.add_argument("--path", metavar="DIR", help="directory for the demo database (default: temp)")

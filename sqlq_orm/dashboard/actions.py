@@ -79,6 +79,26 @@ def apply(queue: Queue, action: Action, ids: list[int]) -> Outcome:
     return outcome
 
 
+async def read_capped(request: Request, limit: int) -> bytes | None:
+    """The request body, or None once it is known to exceed ``limit`` bytes.
+
+    A declared ``Content-Length`` over the limit is refused before anything is read;
+    otherwise the body is read chunk by chunk and reading stops at the first byte
+    past the limit (a chunked body declares no length).
+    """
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > limit):
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 class Actions:
     """The confirm (GET) and perform (POST) handlers."""
 
@@ -142,9 +162,15 @@ class Actions:
             return self._refuse(request, "unknown action")
         if not self.enabled:
             return self._refuse(request, DISABLED)
-        body = await request.body()
-        if len(body) > MAX_FORM_BYTES:
-            return self._refuse(request, "form too large")
+        body = await read_capped(request, MAX_FORM_BYTES)
+        if body is None:
+            return self.render.page(
+                request,
+                "error.html",
+                status_code=413,
+                refresh=False,
+                message=f"form too large (more than {MAX_FORM_BYTES} bytes); nothing was changed",
+            )
         # A urlencoded form parsed here: Starlette's form parser would need
         # python-multipart for a form that has no file in it.
         form = dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
