@@ -25,6 +25,8 @@ from sqlq_orm.queue.queue import Queue
 
 DEFAULT_DB_URL = "sqlite:///sqlq.db"
 DB_ENV_VAR = "SQLQ_DATABASE_URL"
+POOLING_ENV_VAR = "SQLQ_TRANSACTION_POOLING"
+LISTEN_URL_ENV_VAR = "SQLQ_LISTEN_URL"
 
 
 class CommandError(SqlqError):
@@ -81,11 +83,32 @@ def _dialect(url: str) -> str:
         return repr(url)
 
 
+def pooling_options() -> dict[str, Any]:
+    """``create_engine`` options for a database behind a transaction pooler (PgBouncer
+    in transaction mode), from ``$SQLQ_TRANSACTION_POOLING`` (``1``/``true``) and
+    ``$SQLQ_LISTEN_URL`` (a direct URL for the workers' ``LISTEN``; without it they
+    poll). See :mod:`sqlq_orm.db.pooling`."""
+    flag = os.environ.get(POOLING_ENV_VAR, "").strip().lower()
+    listen_url = os.environ.get(LISTEN_URL_ENV_VAR) or None
+    if flag in ("", "0", "false", "no"):
+        if listen_url is not None:
+            raise CommandError(
+                f"${LISTEN_URL_ENV_VAR} is set but ${POOLING_ENV_VAR} is not: the listen URL "
+                f"is for a database reached through a transaction pooler; set "
+                f"{POOLING_ENV_VAR}=1 too, or unset {LISTEN_URL_ENV_VAR}"
+            )
+        return {}
+    if flag not in ("1", "true", "yes"):
+        raise CommandError(f"${POOLING_ENV_VAR} must be 1 or 0, got {flag!r}")
+    return {"transaction_pooling": True, "listen_url": listen_url}
+
+
 def open_engine(db: str | None, **kwargs: Any) -> Engine:
-    """An engine for the chosen database, with a clear error for a bad URL."""
+    """An engine for the chosen database, with a clear error for a bad URL (behind a
+    transaction pooler when the environment says so: :func:`pooling_options`)."""
     url = database_url(db)
     try:
-        return create_engine(url, **kwargs)
+        return create_engine(url, **{**pooling_options(), **kwargs})
     except ImportError as exc:  # the dialect's DBAPI driver is not installed
         raise CommandError(
             f"cannot use the database URL {shown_url(url)}: the dialect {_dialect(url)!r} is "

@@ -16,6 +16,7 @@ import sqlq_orm
 from sqlq_orm import InvalidInput, JobSpec
 from sqlq_orm.ops.invariants import check
 from tests.support.aio_bridge import BlockingAsyncQueue
+from tests.support.backends import engine_for
 from tests.support.faultkit import UPDATE_JOBS_SET, Actor, PauseAfter, start_blocked
 
 CLAIM = UPDATE_JOBS_SET + r" status=\S+, claimed_at="
@@ -179,7 +180,7 @@ def test_bad_keys_and_limits_are_refused_and_nothing_is_written(queue, arguments
 @pytest.fixture
 def other(db_url, clock):
     """A second claimer: its own engine and queue on the same database and clock."""
-    engine = sqlq_orm.create_engine(db_url)
+    engine = engine_for(db_url)
     yield sqlq_orm.Queue(engine, clock=clock)
     engine.dispose()
 
@@ -212,7 +213,7 @@ def test_many_claimers_in_threads_never_pass_a_limit(db_url, queue, clock):
         [JobSpec("t", concurrency_key=keys[n % 3], concurrency_limit=2) for n in range(60)]
         + [JobSpec("t") for _ in range(20)]
     )
-    engines = [sqlq_orm.create_engine(db_url) for _ in range(6)]
+    engines = [engine_for(db_url) for _ in range(6)]
     queues = [sqlq_orm.Queue(e, clock=clock) for e in engines]
 
     def claim_until_dry(claimer: sqlq_orm.Queue, name: str) -> int:

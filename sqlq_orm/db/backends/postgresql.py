@@ -6,13 +6,14 @@ with a transaction-scoped advisory lock.
 
 from __future__ import annotations
 
+import logging
 import select as selectors
 from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Text, bindparam, cast, func, text, type_coerce
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import FromClause, Select
 from sqlalchemy.sql.elements import ColumnElement, Grouping
@@ -20,6 +21,9 @@ from sqlalchemy.types import TypeEngine
 
 from sqlq_orm.db.backends.base import Backend, MaintenanceStatement, WakeListener
 from sqlq_orm.db.clock import epoch_now
+from sqlq_orm.db.pooling import transaction_pooling_of
+
+log = logging.getLogger("sqlq_orm.wakeups")
 
 MIGRATION_LOCK_KEY = 0x5351_4C51  # "SQLQ": one advisory lock id for schema changes
 
@@ -83,11 +87,13 @@ def _maintenance(engine: Engine, task: str, tables: Sequence[Any]) -> Maintenanc
 class _Listener:
     """A psycopg 3 connection of its own, in autocommit, listening on one channel."""
 
-    def __init__(self, engine: Engine, channel: str) -> None:
+    def __init__(self, engine: Engine, channel: str, url: URL) -> None:
         import psycopg
         from psycopg import sql
 
-        cargs, cparams = engine.dialect.create_connect_args(engine.url)
+        # A listen_url is psycopg's whatever driver the engine has: its own dialect.
+        dialect = engine.dialect if url is engine.url else url.get_dialect()()
+        cargs, cparams = dialect.create_connect_args(url)
         # Not from the engine's pool: this connection is held for the worker's life.
         self._connection = psycopg.connect(*cargs, **{**cparams, "autocommit": True})
         self._queues: set[str] = set()
@@ -131,9 +137,25 @@ def _lock_concurrency_keys(connection: Connection, scope: str, keys: Sequence[st
 
 
 def _open_wake_listener(engine: Engine, channel: str) -> WakeListener | None:
-    if engine.dialect.driver != "psycopg":
-        return None  # LISTEN needs psycopg 3's notifications; other drivers poll
-    return _Listener(engine, channel)
+    pooling = transaction_pooling_of(engine)
+    if pooling is None:
+        if engine.dialect.driver != "psycopg":
+            return None  # LISTEN needs psycopg 3's notifications; other drivers poll
+        return _Listener(engine, channel, engine.url)
+    if pooling.listen_url is None:
+        # A transaction pooler hands the listening server connection to other
+        # clients between statements: the notifications would go to them.
+        log.info(
+            "wake-ups: polling; the engine goes through a transaction pooler, where "
+            "LISTEN cannot work, and no listen_url names a direct connection"
+        )
+        return None
+    log.info(
+        "wake-ups: LISTEN on a direct connection to %s (the queue's own connections go "
+        "through a transaction pooler)",
+        pooling.listen_url.render_as_string(hide_password=True),
+    )
+    return _Listener(engine, channel, pooling.listen_url)
 
 
 BACKEND = Backend(
