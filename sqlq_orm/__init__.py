@@ -58,6 +58,7 @@ from sqlq_orm.schema.models import (
     WorkerRecord,
 )
 from sqlq_orm.schema.states import AttemptStatus, Event, JobStatus
+from sqlq_orm.tasks import Task, TaskRegistry
 from sqlq_orm.worker.handlers import AsyncJobContext, HandlerRegistry, JobContext
 from sqlq_orm.worker.runtime import Worker, WorkerStats
 
@@ -126,6 +127,8 @@ __all__ = [
     "SqlqError",
     "SqlqWarning",
     "SweepResult",
+    "Task",
+    "TaskRegistry",
     "TickResult",
     "Worker",
     "WorkerMixin",
