@@ -1,0 +1,219 @@
+"""Tasks (issue 24, items 1-2) on every backend, enqueued through ``Queue`` (sync) and
+``AsyncQueue`` (async), run by a real worker: typed arguments reach the function as
+real parameters, the context comes to a parameter that asks for it, ``async def``
+tasks run on the worker's loop, a call that does not bind writes nothing, and a job
+whose stored arguments no longer bind fails once with its own error code."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
+
+import sqlq_orm
+from sqlq_orm import AsyncJobContext, InvalidInput, JobContext, TaskRegistry
+from sqlq_orm.tasks import ARGUMENTS_DO_NOT_BIND
+from tests.support.aio_bridge import FLAVOURS, LoopThread, async_url
+
+
+@dataclasses.dataclass(frozen=True)
+class Address:
+    street: str
+    city: str
+
+
+class Tasks:
+    """A TaskRegistry bound to the flavour's queue, and calls made the flavour's way."""
+
+    def __init__(self, engine: Any, flavour: str, db_url: str, loop: LoopThread) -> None:
+        self.flavour = flavour
+        self.loop = loop
+        self.queue = sqlq_orm.Queue(engine)  # the worker's, and the test's reads
+        self.async_engine = None
+        if flavour == "sync":
+            self.registry = TaskRegistry(self.queue)
+        else:
+            self.async_engine = sqlq_orm.create_async_engine(async_url(db_url, flavour))
+            self.registry = TaskRegistry(sqlq_orm.AsyncQueue(self.async_engine))
+
+    def enqueue(self, task: sqlq_orm.Task[Any, Any], *args: Any, **kwargs: Any) -> Any:
+        if self.flavour == "sync":
+            return task.enqueue(*args, **kwargs)
+        return self.loop.run(task.enqueue_async(*args, **kwargs))
+
+    def enqueue_many(self, task: sqlq_orm.Task[Any, Any], calls: list[dict[str, Any]]) -> Any:
+        if self.flavour == "sync":
+            return task.enqueue_many(calls)
+        return self.loop.run(task.enqueue_many_async(calls))
+
+    def drain(self) -> sqlq_orm.WorkerStats:
+        worker = sqlq_orm.Worker(
+            self.queue, self.registry, queues=["default", "mail"], burst=True,
+            install_signal_handlers=False, sweep_interval=None, poll_interval=0.05,
+        )  # fmt: skip
+        return worker.run()
+
+    def job_count(self) -> int:
+        with self.queue.read() as connection:
+            return int(
+                connection.execute(
+                    select(func.count()).select_from(self.queue.models.job.__table__)
+                ).scalar_one()
+            )
+
+
+@pytest.fixture(params=FLAVOURS)
+def tasks(request: pytest.FixtureRequest, engine: Any, db_url: str) -> Iterator[Tasks]:
+    loop = LoopThread()
+    made = Tasks(engine, request.param, db_url, loop)
+    yield made
+    if made.async_engine is not None:
+        loop.run(made.async_engine.dispose())
+    loop.close()
+
+
+def test_a_task_runs_with_its_typed_arguments_and_the_context_it_asks_for(tasks):
+    calls: list[tuple[int, int, Address, list[Address], str]] = []
+
+    @tasks.registry.task()
+    def deliver(ctx: JobContext, address: Address, stops: list[Address], note: str = "-") -> None:
+        calls.append((ctx.job_id, ctx.attempt, address, stops, note))
+
+    home, shop = Address("1 Main St", "Springfield"), Address("2 Side St", "Shelbyville")
+    job = tasks.enqueue(deliver, home, stops=[shop])
+
+    assert job.created
+    tasks.drain()
+
+    assert calls == [(job.id, 1, home, [shop], "-")]
+    assert tasks.queue.get_job(job.id).status == "SUCCEEDED"
+
+
+def test_an_async_task_is_awaited_on_the_workers_loop(tasks):
+    seen: list[tuple[str, str, type]] = []
+
+    @tasks.registry.task(queue="mail")
+    async def fetch(ctx: AsyncJobContext, url: str, *, retries: int = 0) -> None:
+        await asyncio.sleep(0)
+        seen.append((url, threading.current_thread().name, type(ctx)))
+        assert retries == 2
+
+    job = tasks.enqueue(fetch, "https://example.com/feed", retries=2)
+    tasks.drain()
+
+    assert [(url, kind) for url, _, kind in seen] == [("https://example.com/feed", AsyncJobContext)]
+    assert tasks.queue.get_job(job.id).queue == "mail"
+    assert tasks.queue.get_job(job.id).status == "SUCCEEDED"
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, named",
+    [
+        ((), {}, "missing a required argument: 'address'"),
+        ((Address("a", "b"),), {"urgent": True}, "unexpected keyword argument 'urgent'"),
+        ((Address("a", "b"),), {"note": {1, 2}}, "argument 'note'"),
+    ],
+)
+def test_a_call_that_does_not_bind_writes_nothing(tasks, args, kwargs, named):
+    @tasks.registry.task()
+    def deliver(address: Address, note: Any = None) -> None:
+        pass
+
+    with pytest.raises(InvalidInput, match=named):
+        tasks.enqueue(deliver, *args, **kwargs)
+    assert tasks.job_count() == 0
+
+
+def test_options_override_the_decorators_defaults_per_call(tasks):
+    @tasks.registry.task(queue="mail", priority=1, max_retries=7)
+    def send(to: str) -> None:
+        pass
+
+    plain = tasks.enqueue(send, "a@example.com")
+    urgent = tasks.enqueue(send.options(priority=9, queue="default", delay=3600), "b@example.com")
+
+    plain_row, urgent_row = tasks.queue.get_job(plain.id), tasks.queue.get_job(urgent.id)
+    assert (plain_row.queue, plain_row.priority, plain_row.max_retries) == ("mail", 1, 7)
+    assert (urgent_row.queue, urgent_row.priority, urgent_row.max_retries) == ("default", 9, 7)
+    assert urgent_row.run_at >= plain_row.run_at + 3599
+
+
+def test_a_dedupe_key_from_the_arguments_names_one_job(tasks):
+    @tasks.registry.task(dedupe_key=lambda user_id: f"welcome-{user_id}")
+    def welcome(user_id: int) -> None:
+        pass
+
+    first = tasks.enqueue(welcome, 42)
+    again = tasks.enqueue(welcome, user_id=42)
+    other = tasks.enqueue(welcome, 43)
+
+    assert (first.created, again.created, again.id) == (True, False, first.id)
+    assert other.created and other.id != first.id
+
+
+def test_enqueue_many_binds_every_call_before_writing_any(tasks):
+    ran: list[str] = []
+
+    @tasks.registry.task()
+    def send(to: str, subject: str = "Hello") -> None:
+        ran.append(f"{to}/{subject}")
+
+    with pytest.raises(InvalidInput, match="call #2: .*missing a required argument: 'to'"):
+        tasks.enqueue_many(send, [{"to": "a"}, {"to": "b"}, {"subject": "no one"}])
+    assert tasks.job_count() == 0
+
+    jobs = tasks.enqueue_many(send, [{"to": "a"}, {"to": "b", "subject": "Hi"}])
+    tasks.drain()
+
+    assert len(jobs) == 2 and sorted(ran) == ["a/Hello", "b/Hi"]
+
+
+def test_a_task_enqueued_in_the_callers_transaction_rolls_back_with_it(tasks):
+    @tasks.registry.task()
+    def send(to: str) -> None:
+        pass
+
+    if tasks.flavour == "sync":
+        with Session(tasks.queue.engine) as session:
+            send.options(session=session).enqueue("a")
+            session.rollback()
+        with Session(tasks.queue.engine) as session:
+            kept = send.options(session=session).enqueue("b")
+            session.commit()
+    else:
+
+        async def in_transactions() -> Any:
+            async with AsyncSession(tasks.async_engine) as session:
+                await send.options(session=session).enqueue_async("a")
+                await session.rollback()
+            async with AsyncSession(tasks.async_engine) as session:
+                made = await send.options(session=session).enqueue_async("b")
+                await session.commit()
+            return made
+
+        kept = tasks.loop.run(in_transactions())
+
+    assert tasks.job_count() == 1
+    assert tasks.queue.get_job(kept.id).status == "QUEUED"
+
+
+def test_a_job_whose_stored_arguments_no_longer_bind_fails_once_with_its_own_code(tasks):
+    @tasks.registry.task(max_retries=5)
+    def send(to: str, subject: str) -> None:  # a deploy added subject, dropped cc
+        raise AssertionError("must not be called")
+
+    stale = tasks.queue.enqueue(send.name, {"to": "a", "cc": "b"}, max_retries=5)
+    tasks.drain()
+
+    job = tasks.queue.get_job(stale.id)
+    assert job.status == "FAILED"
+    assert job.error_code == ARGUMENTS_DO_NOT_BIND
+    assert "no parameter 'cc'" in job.error_detail
+    assert len(job.attempts) == 1
