@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from sqlq_orm import migrate  # modules: sqlq_orm.migrate.upgrade(url)
 from sqlq_orm.core.backoff import RetryPolicy
 from sqlq_orm.core.lease import Lease
+from sqlq_orm.core.results import JobResult
 from sqlq_orm.core.schedule import Missed, Schedule
 from sqlq_orm.db.clock import Clock, DatabaseClock, PinnedClock
 from sqlq_orm.db.engine import configure_engine, create_async_engine, create_engine
@@ -20,11 +21,14 @@ from sqlq_orm.errors import (
     InvalidInput,
     InvalidTransition,
     JobError,
+    JobFailed,
     JobNotFound,
     LeaseLost,
     MaxRuntimeExceeded,
+    ResultNotReady,
     SqlqError,
     SqlqWarning,
+    WaitTimeout,
 )
 from sqlq_orm.ops import invariants
 from sqlq_orm.ops.retention import PruneResult, RetentionPolicy
@@ -101,9 +105,11 @@ __all__ = [
     "JobError",
     "JobEvent",
     "JobEventMixin",
+    "JobFailed",
     "JobFailure",
     "JobMixin",
     "JobNotFound",
+    "JobResult",
     "JobSpec",
     "JobTimeline",
     "JobStatus",
@@ -118,6 +124,7 @@ __all__ = [
     "QueueStats",
     "RelatedJob",
     "RetentionPolicy",
+    "ResultNotReady",
     "RetryPolicy",
     "Schedule",
     "ScheduleMixin",
@@ -130,6 +137,7 @@ __all__ = [
     "Task",
     "TaskRegistry",
     "TickResult",
+    "WaitTimeout",
     "Worker",
     "WorkerMixin",
     "WorkerRecord",

@@ -13,6 +13,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from sqlq_orm.core.results import JobResult
 from sqlq_orm.errors import JobError
 from sqlq_orm.tasks.signature import ARGUMENTS_DO_NOT_BIND, ArgumentsDoNotBind, TaskSignature
 from sqlq_orm.worker.handlers import AsyncJobContext, JobContext
@@ -48,11 +49,17 @@ class TaskRunner:
                 args.insert(0, ctx)
         return args, kwargs
 
+    def stored(self, value: Any) -> JobResult | None:
+        """The return value as the job's result (None: nothing to store)."""
+        if value is None:
+            return None
+        encode = self.signature.result_converter.encode
+        return JobResult(encode(value) if encode is not None else value)
+
     def __call__(self, ctx: JobContext) -> Any:
         args, kwargs = self.arguments(ctx)
-        self.function(*args, **kwargs)
-        # The return value is not a result_ref (a plain handler's returned string is).
-        return None
+        # A returned string is the task's result, not a result_ref (as for a handler).
+        return self.stored(self.function(*args, **kwargs))
 
 
 class AsyncTaskRunner(TaskRunner):
@@ -60,5 +67,4 @@ class AsyncTaskRunner(TaskRunner):
 
     async def __call__(self, ctx: AsyncJobContext) -> Any:  # type: ignore[override]
         args, kwargs = self.arguments(ctx)
-        await self.function(*args, **kwargs)
-        return None
+        return self.stored(await self.function(*args, **kwargs))

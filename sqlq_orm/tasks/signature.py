@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from sqlq_orm.errors import InvalidInput
-from sqlq_orm.tasks.codec import PLAIN, Converter, converter_for, json_problem
+from sqlq_orm.tasks.codec import Converter, converter_for, json_problem
 from sqlq_orm.worker.handlers import JobContext
 
 ARGUMENTS_DO_NOT_BIND = "INVALID_INPUT:ARGUMENTS_DO_NOT_BIND"
@@ -70,7 +70,8 @@ class TaskSignature:
         self.converters: dict[str, Converter] = {
             p.name: converter_for(hints.get(p.name, Any)) for p in parameters
         }
-        self._plain = all(c is PLAIN for c in self.converters.values())
+        self.result_converter = converter_for(hints.get("return", Any))
+        """How the function's return value is stored and read back (by its annotation)."""
         self._required = {
             p.name
             for p in parameters

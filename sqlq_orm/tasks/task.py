@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, cast
 
 from sqlq_orm.errors import InvalidInput
 from sqlq_orm.queue.queue import Queue
@@ -226,3 +226,26 @@ class Task(Generic[P, R]):
         """:meth:`enqueue_many` on the registry's :class:`~sqlq_orm.AsyncQueue`."""
         specs = self.specs(arguments)
         return await self.registry.async_queue.enqueue_many(specs, session=self.defaults.session)
+
+    def _value(self, stored: Any) -> R:
+        decode = self.signature.result_converter.decode
+        return cast(R, decode(stored) if decode is not None and stored is not None else stored)
+
+    def result(self, job_id: int) -> R:
+        """What the run ``job_id`` returned, rebuilt by the function's return
+        annotation (see :meth:`Queue.result <sqlq_orm.Queue.result>` for the errors)."""
+        return self._value(self.registry.queue.result(job_id))
+
+    def wait(self, job_id: int, timeout: float = 30.0) -> R:
+        """Wait for the run ``job_id`` to finish and return its result (see
+        :meth:`Queue.wait <sqlq_orm.Queue.wait>`)."""
+        return self._value(self.registry.queue.wait(job_id, timeout))
+
+    async def result_async(self, job_id: int) -> R:
+        """:meth:`result` through the registry's :class:`~sqlq_orm.AsyncQueue`."""
+        return self._value(await self.registry.async_queue.result(job_id))
+
+    async def wait_async(self, job_id: int, timeout: float = 30.0) -> R:
+        """:meth:`wait` through the registry's :class:`~sqlq_orm.AsyncQueue` (its pauses
+        hand the event loop back)."""
+        return self._value(await self.registry.async_queue.wait(job_id, timeout))

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from sqlq_orm.core import error_codes, validation
+from sqlq_orm.core.results import JobResult
 from sqlq_orm.errors import InvalidInput, JobError
 from sqlq_orm.schema.mixins import REF_MAX
 from sqlq_orm.worker.completer import Completer
@@ -131,6 +132,9 @@ class JobExecutor:
 
     @staticmethod
     def _outcome_of_return(returned: Any) -> Outcome:
+        if isinstance(returned, JobResult):
+            # Checked (JSON, size) where it is recorded, by the queue.
+            return Outcome(result=returned.value)
         result_ref = returned if isinstance(returned, str) else None
         try:
             validation.optional_name("result_ref", result_ref, REF_MAX)

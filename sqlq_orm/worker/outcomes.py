@@ -7,6 +7,7 @@ into an :class:`Outcome` (an error code, a one-line detail, and whether to retry
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from sqlq_orm.core import error_codes
 from sqlq_orm.errors import InvalidInput, JobError
@@ -18,7 +19,8 @@ NETWORK_UNHANDLED = "NETWORK:UNHANDLED"
 INVALID_ERROR_CODE = "INTERNAL:INVALID_ERROR_CODE"
 """A handler raised ``JobError`` with a code that is not ``CATEGORY:SUBCATEGORY``."""
 INVALID_RESULT = "INTERNAL:INVALID_RESULT"
-"""A handler returned a ``result_ref`` the queue refused (e.g. too long)."""
+"""A handler returned a ``result_ref`` or a result the queue refused (too long, too
+big, not JSON)."""
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,8 @@ class Outcome:
     error_detail: str | None = None
     retryable: bool = True
     result_ref: str | None = None
+    result: Any = None
+    """A value returned as a :class:`~sqlq_orm.core.results.JobResult`, to store as JSON."""
 
     @property
     def succeeded(self) -> bool:

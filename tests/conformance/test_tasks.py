@@ -21,6 +21,7 @@ import sqlq_orm
 from sqlq_orm import AsyncJobContext, InvalidInput, JobContext, TaskRegistry
 from sqlq_orm.tasks import ARGUMENTS_DO_NOT_BIND
 from tests.support.aio_bridge import FLAVOURS, LoopThread, async_url
+from tests.support.worker_helpers import running
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +60,16 @@ class Tasks:
             install_signal_handlers=False, sweep_interval=None, poll_interval=0.05,
         )  # fmt: skip
         return worker.run()
+
+    def result(self, task: sqlq_orm.Task[Any, Any], job_id: int) -> Any:
+        if self.flavour == "sync":
+            return task.result(job_id)
+        return self.loop.run(task.result_async(job_id))
+
+    def wait(self, task: sqlq_orm.Task[Any, Any], job_id: int, timeout: float) -> Any:
+        if self.flavour == "sync":
+            return task.wait(job_id, timeout)
+        return self.loop.run(task.wait_async(job_id, timeout))
 
     def job_count(self) -> int:
         with self.queue.read() as connection:
@@ -217,3 +228,102 @@ def test_a_job_whose_stored_arguments_no_longer_bind_fails_once_with_its_own_cod
     assert job.error_code == ARGUMENTS_DO_NOT_BIND
     assert "no parameter 'cc'" in job.error_detail
     assert len(job.attempts) == 1
+
+
+# -- results (item 4) ----------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Receipt:
+    order: int
+    lines: list[Address]
+
+
+def test_a_tasks_return_value_is_its_result_rebuilt_by_the_annotation(tasks):
+    @tasks.registry.task()
+    def bill(order: int, to: Address) -> Receipt:
+        return Receipt(order, [to])
+
+    @tasks.registry.task()
+    async def count(words: list[str]) -> int:
+        return len(words)
+
+    @tasks.registry.task()
+    def nothing() -> None:
+        pass
+
+    home = Address("1 Main St", "Springfield")
+    billed, counted, empty = (
+        tasks.enqueue(bill, 7, home),
+        tasks.enqueue(count, ["a", "b"]),
+        tasks.enqueue(nothing),
+    )
+    with pytest.raises(sqlq_orm.ResultNotReady, match="QUEUED"):
+        tasks.result(bill, billed.id)
+    tasks.drain()
+
+    assert tasks.result(bill, billed.id) == Receipt(7, [home])
+    assert tasks.wait(count, counted.id, timeout=5) == 2
+    assert tasks.result(nothing, empty.id) is None
+    assert tasks.queue.result(billed.id) == {"order": 7, "lines": [dataclasses.asdict(home)]}
+
+
+def test_the_result_of_a_failed_job_raises_with_its_error_code(tasks):
+    @tasks.registry.task(max_retries=0)
+    def explode() -> int:
+        raise sqlq_orm.JobError("UPSTREAM:REFUSED", "the API said no")
+
+    job = tasks.enqueue(explode)
+    tasks.drain()
+
+    with pytest.raises(sqlq_orm.JobFailed) as failed:
+        tasks.wait(explode, job.id, timeout=5)
+    assert (failed.value.status, failed.value.error_code) == ("FAILED", "UPSTREAM:REFUSED")
+    assert failed.value.error_detail == "the API said no"
+
+
+def test_a_wait_that_runs_out_of_time_says_where_the_job_is(tasks):
+    @tasks.registry.task()
+    def later() -> int:
+        return 1
+
+    job = tasks.enqueue(later.options(delay=3600))
+    with pytest.raises(sqlq_orm.WaitTimeout, match=f"job {job.id} is still QUEUED"):
+        tasks.wait(later, job.id, timeout=0.05)
+    with pytest.raises(sqlq_orm.JobNotFound):
+        tasks.wait(later, job.id + 1000, timeout=1)
+
+
+def test_wait_returns_once_a_worker_finishes_the_job(tasks):
+    @tasks.registry.task()
+    def square(n: int) -> int:
+        return n * n
+
+    worker = sqlq_orm.Worker(
+        tasks.queue, tasks.registry, install_signal_handlers=False, poll_interval=0.05,
+        sweep_interval=None,
+    )  # fmt: skip
+    with running(worker):
+        job = tasks.enqueue(square, 12)
+        assert tasks.wait(square, job.id, timeout=30) == 144
+
+
+@pytest.mark.parametrize(
+    "returned, problem",
+    [({"when": {1, 2}}, "result must be JSON-serialisable"), ("x" * 70_000, "limit is 65536")],
+)
+def test_a_result_the_queue_cannot_store_fails_the_job_without_retry(tasks, returned, problem):
+    @tasks.registry.task(max_retries=3)
+    def odd() -> Any:
+        return returned
+
+    job = tasks.enqueue(odd)
+    tasks.drain()
+
+    row = tasks.queue.get_job(job.id)
+    assert (row.status, row.error_code, len(row.attempts)) == (
+        "FAILED",
+        "INTERNAL:INVALID_RESULT",
+        1,
+    )
+    assert problem in row.error_detail

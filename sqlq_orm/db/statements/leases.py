@@ -90,6 +90,7 @@ class LeasesStatements(HistoryStatements, DependencyStatements):
                 status=JobStatus.SUCCEEDED.value,
                 finished_at=now,
                 result_ref=bindparam("p_result_ref"),
+                result=bindparam("p_result"),
                 error_code=None,
                 error_detail=None,
                 **lease_cleared(),
