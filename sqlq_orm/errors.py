@@ -135,6 +135,20 @@ class JobError(SqlqError):
         super().__init__(f"{code}: {detail}" if detail else code)
 
 
+class Snooze(SqlqError):  # noqa: N818 - raised as an instruction, named like one
+    """Raised by a handler: "not now, run me again in ``seconds``".
+
+    The job goes back to QUEUED with ``run_at`` that far out, its attempt is recorded
+    as SNOOZED with a SNOOZED event, and no retry is spent. A job snoozes at most
+    ``Queue.max_snoozes`` times; the next snooze fails it with ``SNOOZE:LIMIT``.
+    """
+
+    def __init__(self, seconds: float, reason: str = "") -> None:
+        self.seconds = seconds
+        self.reason = reason
+        super().__init__(f"snooze {seconds}s" + (f": {reason}" if reason else ""))
+
+
 class HandlersStuck(SqlqError):
     """A worker stopped because abandoned handler threads it cannot kill used up its budget.
 

@@ -19,6 +19,7 @@ from sqlq_orm.queue.leases import LeaseCalls
 from sqlq_orm.queue.registry import WorkerRegistry
 from sqlq_orm.queue.results import Results
 from sqlq_orm.queue.schedules import Schedules
+from sqlq_orm.queue.snoozing import Snoozing
 from sqlq_orm.queue.sweeper import Sweeping
 from sqlq_orm.queue.wakeups import JobArrivals
 
@@ -27,6 +28,7 @@ class Queue(
     Schedules,  # before Enqueueing, which it extends
     Enqueueing,
     Claiming,
+    Snoozing,  # before LeaseCalls, which it extends
     LeaseCalls,
     BatchedLeaseCalls,
     Sweeping,

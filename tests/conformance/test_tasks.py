@@ -327,3 +327,73 @@ def test_a_result_the_queue_cannot_store_fails_the_job_without_retry(tasks, retu
         1,
     )
     assert problem in row.error_detail
+
+
+# -- snooze (item 3) -------------------------------------------------------------------
+
+
+def test_a_snoozing_task_runs_again_without_spending_a_retry(tasks):
+    runs: list[int] = []
+
+    @tasks.registry.task(max_retries=0)
+    def poll(ctx: JobContext, url: str) -> str:
+        runs.append(ctx.attempt)
+        if len(runs) < 3:
+            raise sqlq_orm.Snooze(0, "not ready yet")
+        return "ready"
+
+    job = tasks.enqueue(poll, "https://example.com/export")
+    stats = tasks.drain()
+
+    row = tasks.queue.get_job(job.id)
+    assert (row.status, row.retry_count, stats.snoozed) == ("SUCCEEDED", 0, 2)
+    assert [a.status for a in sorted(row.attempts, key=lambda a: a.attempt)] == [
+        "SNOOZED", "SNOOZED", "SUCCEEDED",
+    ]  # fmt: skip
+    snoozes = [e for e in row.events if e.event == "SNOOZED"]
+    assert len(snoozes) == 2 and "not ready yet" in str(snoozes[0].detail)
+    assert tasks.result(poll, job.id) == "ready"
+
+
+def test_a_snooze_puts_the_job_back_with_its_run_at_pushed_out(tasks):
+    @tasks.registry.task()
+    def later() -> None:
+        raise sqlq_orm.Snooze(3600)
+
+    job = tasks.enqueue(later)
+    before = tasks.queue.get_job(job.id).run_at
+    tasks.drain()
+
+    row = tasks.queue.get_job(job.id)
+    assert (row.status, row.retry_count, row.lease_token) == ("QUEUED", 0, None)
+    assert row.run_at >= before + 3599
+
+
+def test_a_job_that_snoozes_past_the_cap_fails_with_snooze_limit(tasks):
+    tasks.queue.max_snoozes = 2
+
+    @tasks.registry.task(max_retries=5)
+    def forever() -> None:
+        raise sqlq_orm.Snooze(0)
+
+    job = tasks.enqueue(forever)
+    tasks.drain()
+
+    row = tasks.queue.get_job(job.id)
+    assert (row.status, row.error_code) == ("FAILED", "SNOOZE:LIMIT")
+    assert [a.status for a in sorted(row.attempts, key=lambda a: a.attempt)] == [
+        "SNOOZED", "SNOOZED", "FAILED",
+    ]  # fmt: skip
+
+
+def test_a_snooze_with_a_lost_lease_changes_nothing(tasks):
+    job = tasks.queue.enqueue("t")
+    (lease,) = tasks.queue.claim("worker-1", start=True)
+    tasks.queue.cancel(job.id)
+
+    with pytest.raises(sqlq_orm.LeaseLost):
+        tasks.queue.snooze(lease, 10)
+
+    row = tasks.queue.get_job(job.id)
+    assert row.status == "CANCELLED"
+    assert [e.event for e in row.events if e.event == "SNOOZED"] == []

@@ -213,6 +213,7 @@ class AsyncQueue:
     fail_many = awaited(Queue.fail_many)
     release = awaited(Queue.release)
     release_many = awaited(Queue.release_many)
+    snooze = awaited(Queue.snooze)
     sweep = awaited(Queue.sweep)
     cancel = awaited(Queue.cancel)
     retry = awaited(Queue.retry)
