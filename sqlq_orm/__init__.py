@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from sqlq_orm import migrate  # modules: sqlq_orm.migrate.upgrade(url)
 from sqlq_orm.core.backoff import RetryPolicy
 from sqlq_orm.core.lease import Lease
+from sqlq_orm.core.results import JobResult
 from sqlq_orm.core.schedule import Missed, Schedule
 from sqlq_orm.db.clock import Clock, DatabaseClock, PinnedClock
 from sqlq_orm.db.engine import configure_engine, create_async_engine, create_engine
@@ -20,11 +21,15 @@ from sqlq_orm.errors import (
     InvalidInput,
     InvalidTransition,
     JobError,
+    JobFailed,
     JobNotFound,
     LeaseLost,
     MaxRuntimeExceeded,
+    ResultNotReady,
+    Snooze,
     SqlqError,
     SqlqWarning,
+    WaitTimeout,
 )
 from sqlq_orm.ops import invariants
 from sqlq_orm.ops.retention import PruneResult, RetentionPolicy
@@ -58,6 +63,7 @@ from sqlq_orm.schema.models import (
     WorkerRecord,
 )
 from sqlq_orm.schema.states import AttemptStatus, Event, JobStatus
+from sqlq_orm.tasks import Task, TaskRegistry
 from sqlq_orm.worker.handlers import AsyncJobContext, HandlerRegistry, JobContext
 from sqlq_orm.worker.runtime import Worker, WorkerStats
 
@@ -100,9 +106,11 @@ __all__ = [
     "JobError",
     "JobEvent",
     "JobEventMixin",
+    "JobFailed",
     "JobFailure",
     "JobMixin",
     "JobNotFound",
+    "JobResult",
     "JobSpec",
     "JobTimeline",
     "JobStatus",
@@ -117,16 +125,21 @@ __all__ = [
     "QueueStats",
     "RelatedJob",
     "RetentionPolicy",
+    "ResultNotReady",
     "RetryPolicy",
     "Schedule",
     "ScheduleMixin",
     "ScheduleRecord",
     "ScheduleState",
+    "Snooze",
     "Scheduler",
     "SqlqError",
     "SqlqWarning",
     "SweepResult",
+    "Task",
+    "TaskRegistry",
     "TickResult",
+    "WaitTimeout",
     "Worker",
     "WorkerMixin",
     "WorkerRecord",

@@ -135,6 +135,20 @@ class JobError(SqlqError):
         super().__init__(f"{code}: {detail}" if detail else code)
 
 
+class Snooze(SqlqError):  # noqa: N818 - raised as an instruction, named like one
+    """Raised by a handler: "not now, run me again in ``seconds``".
+
+    The job goes back to QUEUED with ``run_at`` that far out, its attempt is recorded
+    as SNOOZED with a SNOOZED event, and no retry is spent. A job snoozes at most
+    ``Queue.max_snoozes`` times; the next snooze fails it with ``SNOOZE:LIMIT``.
+    """
+
+    def __init__(self, seconds: float, reason: str = "") -> None:
+        self.seconds = seconds
+        self.reason = reason
+        super().__init__(f"snooze {seconds}s" + (f": {reason}" if reason else ""))
+
+
 class HandlersStuck(SqlqError):
     """A worker stopped because abandoned handler threads it cannot kill used up its budget.
 
@@ -155,3 +169,39 @@ class HandlersStuck(SqlqError):
             f"than its budget max_abandoned={max_abandoned} ({'; '.join(stuck)}); "
             "restart the process to reclaim them"
         )
+
+
+class JobFailed(SqlqError):
+    """The job whose result was asked for ended FAILED or CANCELLED.
+
+    ``status``, ``error_code`` and ``error_detail`` are the job's.
+    """
+
+    def __init__(
+        self, job_id: int, status: str, error_code: str | None, error_detail: str | None
+    ) -> None:
+        self.job_id = job_id
+        self.status = status
+        self.error_code = error_code
+        self.error_detail = error_detail
+        why = f": {error_code}" if error_code else ""
+        detail = f" ({error_detail})" if error_detail else ""
+        super().__init__(f"job {job_id} ended {status}{why}{detail}; it has no result")
+
+
+class ResultNotReady(SqlqError):
+    """The job whose result was asked for has not finished yet (``status`` says where it is)."""
+
+    def __init__(self, job_id: int, status: str) -> None:
+        self.job_id = job_id
+        self.status = status
+        super().__init__(f"job {job_id} is {status}, not finished: no result yet (wait for it)")
+
+
+class WaitTimeout(SqlqError, TimeoutError):
+    """A wait for a job's result ran out of time; the job is still ``status``."""
+
+    def __init__(self, job_id: int, status: str, timeout: float) -> None:
+        self.job_id = job_id
+        self.status = status
+        super().__init__(f"job {job_id} is still {status} after waiting {timeout:g}s")

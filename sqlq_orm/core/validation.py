@@ -148,31 +148,41 @@ def claim_limit(value: object) -> int:
 
 def encode_payload(payload: object, max_bytes: int) -> str | None:
     """Serialise a payload to compact JSON text, refusing what JSON cannot carry."""
-    if payload is None:
+    return encode_json(
+        "payload",
+        payload,
+        max_bytes,
+        "Store large data elsewhere and pass its location as payload_ref",
+    )
+
+
+def encode_json(argument: str, value: object, max_bytes: int, too_big: str) -> str | None:
+    """Serialise ``value`` (a payload, a result) to compact JSON text of at most
+    ``max_bytes``, refusing what JSON cannot carry; ``too_big`` says what to do instead."""
+    if value is None:
         return None
     try:
-        text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(
-            f"payload must be JSON-serialisable ({exc}); got a {type(payload).__name__}"
+            f"{argument} must be JSON-serialisable ({exc}); got a {type(value).__name__}"
         ) from None
     except RecursionError:
         raise InvalidInput(
-            "payload is nested too deeply to serialise (Python's recursion limit is "
+            f"{argument} is nested too deeply to serialise (Python's recursion limit is "
             f"{sys.getrecursionlimit()}); flatten it"
         ) from None
-    _require_string_keys(payload)
-    _require_encodable("payload", text)
+    _require_string_keys(value, argument)
+    _require_encodable(argument, text)
     size = len(text.encode("utf-8"))
     if size > max_bytes:
         raise InvalidInput(
-            f"payload is {size} bytes of JSON; the limit is {max_bytes}. "
-            "Store large data elsewhere and pass its location as payload_ref"
+            f"{argument} is {size} bytes of JSON; the limit is {max_bytes}. {too_big}"
         )
     return text
 
 
-def _require_string_keys(payload: object) -> None:
+def _require_string_keys(payload: object, argument: str = "payload") -> None:
     """Refuse a mapping key that is not a string, at any depth.
 
     JSON object keys are strings: ``json.dumps`` turns ``1``, ``1.5``, ``True`` and
@@ -189,13 +199,13 @@ def _require_string_keys(payload: object) -> None:
             return
     except RecursionError:
         raise InvalidInput(
-            "payload is nested too deeply to check (Python's recursion limit is "
+            f"{argument} is nested too deeply to check (Python's recursion limit is "
             f"{sys.getrecursionlimit()}); flatten it"
         ) from None
     path, key = _first_non_string_key(payload)
-    where = "payload" + "".join(f"[{step!r}]" for step in path)
+    where = argument + "".join(f"[{step!r}]" for step in path)
     raise InvalidInput(
-        f"payload keys must be strings: {where} has the key {_short(key)} "
+        f"{argument} keys must be strings: {where} has the key {_short(key)} "
         f"({type(key).__name__}), which JSON would silently turn into the string "
         f"'{json.dumps(key)}'; convert it yourself (e.g. str(key))"
     )

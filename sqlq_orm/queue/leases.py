@@ -6,9 +6,11 @@ Each is fenced by the lease token: a stale token changes nothing and raises
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from sqlq_orm.core import error_codes, validation
 from sqlq_orm.core.lease import Lease
+from sqlq_orm.core.results import encode_result
 from sqlq_orm.errors import (
     InvalidInput,
     InvalidTransition,
@@ -50,8 +52,12 @@ class LeaseCalls(FailureRecording):
         return lease
 
     @retry_if_rolled_back
-    def succeed(self, lease: Lease, result_ref: str | None = None) -> None:
+    def succeed(self, lease: Lease, result_ref: str | None = None, *, result: Any = None) -> None:
         """Finish a RUNNING job as SUCCEEDED, close its attempt, write SUCCEEDED.
+
+        ``result`` (JSON, capped at ``payload_max_bytes``) is stored with the job for
+        :meth:`~sqlq_orm.Queue.result` and :meth:`~sqlq_orm.Queue.wait`; one that is not
+        JSON or too big raises :class:`~sqlq_orm.errors.InvalidInput`, writing nothing.
 
         Raises :class:`~sqlq_orm.errors.LeaseLost` (writing nothing) if the lease is no
         longer held, and :class:`~sqlq_orm.errors.InvalidTransition` if the lease was
@@ -63,6 +69,7 @@ class LeaseCalls(FailureRecording):
                 lease.job_id, JobStatus.CLAIMED.value, "succeed (start it first)"
             )
         params["p_result_ref"] = validation.optional_name("result_ref", result_ref, REF_MAX)
+        params["p_result"] = encode_result(result, self.payload_max_bytes)
         with self._write() as connection:
             rows, _ = self.sql.run_returning(connection, self.sql.succeed, params)
             if not rows:

@@ -17,7 +17,9 @@ from sqlq_orm.queue.enqueue import Enqueueing
 from sqlq_orm.queue.lease_batches import BatchedLeaseCalls
 from sqlq_orm.queue.leases import LeaseCalls
 from sqlq_orm.queue.registry import WorkerRegistry
+from sqlq_orm.queue.results import Results
 from sqlq_orm.queue.schedules import Schedules
+from sqlq_orm.queue.snoozing import Snoozing
 from sqlq_orm.queue.sweeper import Sweeping
 from sqlq_orm.queue.wakeups import JobArrivals
 
@@ -26,12 +28,14 @@ class Queue(
     Schedules,  # before Enqueueing, which it extends
     Enqueueing,
     Claiming,
+    Snoozing,  # before LeaseCalls, which it extends
     LeaseCalls,
     BatchedLeaseCalls,
     Sweeping,
     Administration,
     WorkerRegistry,
     JobArrivals,
+    Results,
 ):
     """A job queue stored in the tables of ``models`` on ``bind``'s database.
 
@@ -44,7 +48,8 @@ class Queue(
     :mod:`~sqlq_orm.queue.claiming`, :mod:`~sqlq_orm.queue.leases`,
     :mod:`~sqlq_orm.queue.lease_batches`,
     :mod:`~sqlq_orm.queue.sweeper`, :mod:`~sqlq_orm.queue.admin`,
-    :mod:`~sqlq_orm.queue.registry`, :mod:`~sqlq_orm.queue.wakeups` and
+    :mod:`~sqlq_orm.queue.registry`, :mod:`~sqlq_orm.queue.wakeups`,
+    :mod:`~sqlq_orm.queue.results` and
     :mod:`~sqlq_orm.queue.schedules`; stats and
     pruning come from :mod:`sqlq_orm.ops`.
     """

@@ -85,7 +85,7 @@ JOB_MIXIN_COLUMNS = frozenset(
         "heartbeat_at", "lease_expires_at", "deadline_at", "finished_at", "claimed_by",
         "lease_token", "attempt_count", "retry_count", "max_retries",
         "max_runtime_seconds", "error_code", "error_detail", "pending_parents",
-        "has_dependents", "concurrency_key", "concurrency_limit",
+        "has_dependents", "concurrency_key", "concurrency_limit", "result",
     }
 )  # fmt: skip
 """The columns :class:`JobMixin` defines; any other column of a job table is the app's."""
@@ -154,6 +154,9 @@ class JobMixin:
     # at once (enforced by the claim; both NULL for a job without a limit).
     concurrency_key: Mapped[str | None] = mapped_column(String(CONCURRENCY_KEY_MAX))
     concurrency_limit: Mapped[int | None] = mapped_column(Integer)
+    # Last, as sqlq_0007 added it. What a handler returned as a JobResult (a task's
+    # return value): JSON text, capped like the payload; NULL when it returned none.
+    result: Mapped[str | None] = mapped_column(Text)
 
     @declared_attr
     def attempts(cls) -> Mapped[list[Any]]:

@@ -30,6 +30,7 @@ class AttemptStatus(enum.StrEnum):
     FAILED = "FAILED"  #: the handler raised, timed out, or its lease expired
     RELEASED = "RELEASED"  #: given back unfinished (graceful shutdown); no retry spent
     CANCELLED = "CANCELLED"  #: the job was cancelled while this attempt ran
+    SNOOZED = "SNOOZED"  #: the handler asked to run again later (``Snooze``); no retry spent
 
 
 class Event(enum.StrEnum):
@@ -48,6 +49,7 @@ class Event(enum.StrEnum):
     TIMED_OUT = "TIMED_OUT"  #: the sweeper ended a run past its max runtime
     RETRIED = "RETRIED"  #: a person requeued a finished job
     DEPENDENCIES_MET = "DEPENDENCIES_MET"  #: the last parent finished; the job is queued
+    SNOOZED = "SNOOZED"  #: the handler asked to run again later; back to QUEUED
 
 
 HELD = frozenset({JobStatus.CLAIMED, JobStatus.RUNNING})

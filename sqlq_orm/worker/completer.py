@@ -23,10 +23,10 @@ from collections.abc import Callable
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from sqlq_orm.errors import LeaseLost
+from sqlq_orm.errors import InvalidInput, LeaseLost
 from sqlq_orm.queue.queue import Queue
 from sqlq_orm.queue.types import JobFailure
-from sqlq_orm.worker.outcomes import Outcome, one_line
+from sqlq_orm.worker.outcomes import INVALID_RESULT, INVALID_SNOOZE, Outcome, one_line
 from sqlq_orm.worker.runs import JobRun, RunTable
 from sqlq_orm.worker.stats import WorkerStats
 
@@ -88,12 +88,14 @@ class Completer:
                     self._discard(run, "its outcome could not be recorded")
 
     def _record(self, batch: list[Pending]) -> None:
-        successes = [(run, o) for run, o in batch if o.succeeded and o.result_ref is None]
-        with_result = [(run, o) for run, o in batch if o.succeeded and o.result_ref is not None]
-        failures = [(run, o) for run, o in batch if not o.succeeded]
+        successes = [(run, o) for run, o in batch if o.succeeded and not _has_result(o)]
+        with_result = [(run, o) for run, o in batch if o.succeeded and _has_result(o)]
+        failures = [(run, o) for run, o in batch if not o.succeeded and not o.snoozed]
         self._until_recorded(successes, self._record_successes)
         for one in with_result:
             self._until_recorded([one], self._record_success_with_result)
+        for one in [(run, o) for run, o in batch if o.snoozed]:
+            self._until_recorded([one], self._record_snooze)
         self._until_recorded(failures, self._record_failures)
 
     def _until_recorded(
@@ -132,11 +134,28 @@ class Completer:
     def _record_success_with_result(self, pending: list[Pending]) -> None:
         [(run, outcome)] = pending
         try:
-            self._queue.succeed(run.lease, result_ref=outcome.result_ref)
+            self._queue.succeed(run.lease, result_ref=outcome.result_ref, result=outcome.result)
         except LeaseLost as exc:
             self._discard(run, str(exc))
+        except InvalidInput as exc:  # a result the queue refuses (not JSON, too big)
+            refused = Outcome(INVALID_RESULT, str(exc), retryable=False)
+            self._until_recorded([(run, refused)], self._record_failures)
         else:
             self._succeeded(run)
+
+    def _record_snooze(self, pending: list[Pending]) -> None:
+        [(run, outcome)] = pending
+        try:
+            went_to = self._queue.snooze(run.lease, outcome.snooze or 0, outcome.error_detail)
+        except LeaseLost as exc:
+            self._discard(run, str(exc))
+        except InvalidInput as exc:  # a snooze the queue refuses (negative, not a number)
+            refused = Outcome(INVALID_SNOOZE, str(exc), retryable=False)
+            self._until_recorded([(run, refused)], self._record_failures)
+        else:
+            self._stats.add("snoozed")
+            log.info("%s snoozed %ss -> %s", run.describe(), outcome.snooze, went_to.value)
+            self._runs.finished(run)
 
     def _record_failures(self, pending: list[Pending]) -> None:
         went_to = self._queue.fail_many(
@@ -170,3 +189,8 @@ class Completer:
         self._stats.add("discarded")
         log.warning("%s: outcome discarded (%s)", run.describe(), reason)
         self._runs.finished(run)
+
+
+def _has_result(outcome: Outcome) -> bool:
+    """Whether a success has something to store (recorded one at a time)."""
+    return outcome.result_ref is not None or outcome.result is not None

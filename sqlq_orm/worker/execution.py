@@ -15,7 +15,8 @@ import time
 from typing import Any
 
 from sqlq_orm.core import error_codes, validation
-from sqlq_orm.errors import InvalidInput, JobError
+from sqlq_orm.core.results import JobResult
+from sqlq_orm.errors import InvalidInput, JobError, Snooze
 from sqlq_orm.schema.mixins import REF_MAX
 from sqlq_orm.worker.completer import Completer
 from sqlq_orm.worker.handlers import AsyncJobContext, Handler, HandlerRegistry
@@ -125,12 +126,15 @@ class JobExecutor:
     @staticmethod
     def _outcome_of_error(run: JobRun, exc: BaseException) -> Outcome:
         outcome = outcome_of_exception(exc)
-        if not isinstance(exc, JobError):  # classified by the handler: no traceback needed
+        if not isinstance(exc, (JobError, Snooze)):  # the handler's own say: no traceback
             log.error("%s raised %s", run.describe(), outcome.error_detail, exc_info=exc)
         return outcome
 
     @staticmethod
     def _outcome_of_return(returned: Any) -> Outcome:
+        if isinstance(returned, JobResult):
+            # Checked (JSON, size) where it is recorded, by the queue.
+            return Outcome(result=returned.value)
         result_ref = returned if isinstance(returned, str) else None
         try:
             validation.optional_name("result_ref", result_ref, REF_MAX)

@@ -7,9 +7,10 @@ into an :class:`Outcome` (an error code, a one-line detail, and whether to retry
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from sqlq_orm.core import error_codes
-from sqlq_orm.errors import InvalidInput, JobError
+from sqlq_orm.errors import InvalidInput, JobError, Snooze
 
 TIMEOUT_UNHANDLED = "TIMEOUT:UNHANDLED"
 """A handler let a ``TimeoutError`` escape."""
@@ -17,8 +18,11 @@ NETWORK_UNHANDLED = "NETWORK:UNHANDLED"
 """A handler let a ``ConnectionError`` escape."""
 INVALID_ERROR_CODE = "INTERNAL:INVALID_ERROR_CODE"
 """A handler raised ``JobError`` with a code that is not ``CATEGORY:SUBCATEGORY``."""
+INVALID_SNOOZE = "INTERNAL:INVALID_SNOOZE"
+"""A handler raised ``Snooze`` with a delay the queue refused."""
 INVALID_RESULT = "INTERNAL:INVALID_RESULT"
-"""A handler returned a ``result_ref`` the queue refused (e.g. too long)."""
+"""A handler returned a ``result_ref`` or a result the queue refused (too long, too
+big, not JSON)."""
 
 
 @dataclass(frozen=True)
@@ -29,11 +33,20 @@ class Outcome:
     error_detail: str | None = None
     retryable: bool = True
     result_ref: str | None = None
+    result: Any = None
+    """A value returned as a :class:`~sqlq_orm.core.results.JobResult`, to store as JSON."""
+    snooze: float | None = None
+    """Seconds until the job runs again, when the handler raised ``Snooze``."""
 
     @property
     def succeeded(self) -> bool:
         """Whether the handler returned normally."""
-        return self.error_code is None
+        return self.error_code is None and self.snooze is None
+
+    @property
+    def snoozed(self) -> bool:
+        """Whether the handler asked to run again later (``Snooze``)."""
+        return self.snooze is not None
 
 
 def one_line(text: str) -> str:
@@ -48,6 +61,8 @@ def outcome_of_exception(exc: BaseException) -> Outcome:
     ``TIMEOUT:UNHANDLED`` / ``NETWORK:UNHANDLED`` where the type says so), retryable,
     with a one-line ``Type: message`` summary; the traceback belongs in the log.
     """
+    if isinstance(exc, Snooze):
+        return Outcome(error_detail=exc.reason or None, snooze=exc.seconds)
     if isinstance(exc, JobError):
         try:
             code = error_codes.normalize_error_code(exc.code)

@@ -14,6 +14,8 @@ class WorkerStats:
     succeeded: int = 0
     failed: int = 0
     """Failures reported (the job was retried or ended FAILED)."""
+    snoozed: int = 0
+    """Jobs whose handler asked to run again later (``Snooze``)."""
     released: int = 0
     """Jobs given back at shutdown."""
     discarded: int = 0

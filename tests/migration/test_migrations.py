@@ -101,12 +101,22 @@ def _comparable_sqlite_sql(kind: str, sql: str | None) -> Any:
     """A stored ``CREATE`` as compared: verbatim for an index (its DESC lives there);
     for a table, its lines as a sorted list with the table name unquoted. A table that
     Alembic's batch mode rebuilt (sqlq_0003 changes CHECKs) lists its constraints in the
-    order of a Python set, and SQLite quotes the name of a renamed table."""
+    order of a Python set, and SQLite quotes the name of a renamed table. The lines are
+    the definitions between top-level commas: ``ALTER TABLE ... ADD COLUMN`` (sqlq_0007)
+    appends its column to the last column's line."""
     if kind != "table" or sql is None:
         return sql
     head, _, body = sql.partition("(")
-    lines = sorted(line.strip().rstrip(",").strip() for line in body.splitlines())
-    return head.replace('"', ""), lines
+    definitions, depth, current = [], 0, ""
+    for char in body.rstrip().removesuffix(")"):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            definitions.append(current)
+            current = ""
+        else:
+            current += char
+    definitions.append(current)
+    return head.replace('"', ""), sorted(" ".join(d.split()) for d in definitions)
 
 
 def test_revisions_have_a_single_head_labelled_sqlq():
@@ -264,6 +274,28 @@ def test_upgrade_to_job_ids_with_jobs_in_place_keeps_them_and_never_reuses_an_id
     engine.dispose()
     migrate.downgrade(db_url, str(before))
     assert count(db_url, Job) == 4
+    migrate.upgrade(db_url)
+    assert migrate.check(db_url) == []
+
+
+def test_upgrade_to_results_with_jobs_in_place_keeps_them_and_stores_results(db_url, clock):
+    migrate.upgrade(db_url, "sqlq_0005")
+    seed_0001_history(db_url)  # jobs 1 and 2 SUCCEEDED, job 3 QUEUED
+
+    migrate.upgrade(db_url, "sqlq_0007")
+
+    assert "sqlq_0007" in sqlq_orm.migrations.ordered_revisions()
+    assert migrate.check(db_url) == []
+    engine = sqlq_orm.create_engine(db_url)
+    queue = sqlq_orm.Queue(engine, clock=clock)
+    assert [queue.get_job(n).status for n in (1, 2, 3)] == ["SUCCEEDED", "SUCCEEDED", "QUEUED"]
+    assert queue.result(1) is None  # succeeded before results existed: none stored
+    (lease,) = queue.claim("worker-1", start=True)
+    queue.succeed(lease, result={"rows": 3})
+    assert queue.result(3) == {"rows": 3}
+    engine.dispose()
+    migrate.downgrade(db_url, "sqlq_0005")
+    assert count(db_url, Job) == 3
     migrate.upgrade(db_url)
     assert migrate.check(db_url) == []
 

@@ -25,6 +25,7 @@ LAYERS: dict[str, int] = {
     "sqlq_orm.queue": 5,
     "sqlq_orm.scheduler": 6,
     "sqlq_orm.worker": 6,
+    "sqlq_orm.tasks": 6,  # beside the worker: a task is a handler to it (tasks -> worker only)
     "sqlq_orm.cli": 7,
     "sqlq_orm.dashboard": 7,
     "sqlq_orm.__main__": 8,

@@ -29,6 +29,10 @@ class AdminStatements(StatementGroup):
             .where(j.id == bindparam("p_id"))
             .with_for_update()
         )
+        # Queue.result / wait: one job's outcome, by primary key.
+        self.job_outcome = select(j.status, j.result, j.error_code, j.error_detail).where(
+            j.id == bindparam("p_id")
+        )
         self.cancel = (
             self.update_by_id(jobs)
             .where(j.id == bindparam("p_id"), seen)

@@ -8,6 +8,7 @@ from sqlalchemy import (
     and_,
     bindparam,
     case,
+    func,
     insert,
     or_,
     select,
@@ -115,6 +116,7 @@ class LeasesStatements(HistoryStatements, DependencyStatements):
                 status=JobStatus.SUCCEEDED.value,
                 finished_at=now,
                 result_ref=bindparam("p_result_ref"),
+                result=bindparam("p_result"),
                 error_code=None,
                 error_detail=None,
                 **lease_cleared(),
@@ -210,6 +212,24 @@ class LeasesStatements(HistoryStatements, DependencyStatements):
             self.update_by_id(jobs)
             .where(guard, status_in(j.status, HELD_VALUES))
             .values(status=JobStatus.QUEUED.value, run_at=now, **lease_cleared())
+        )
+        # snooze: like release, with run_at pushed out and the snoozes counted.
+        self.snooze = (
+            self.update_by_id(jobs)
+            .where(guard, status_in(j.status, HELD_VALUES))
+            .values(
+                status=JobStatus.QUEUED.value,
+                run_at=now + bindparam("p_delay"),
+                **lease_cleared(),
+            )
+        )
+        self.count_snoozes = (
+            select(func.count())
+            .select_from(attempts)
+            .where(
+                attempts.c.job_id == bindparam("p_job_id"),
+                attempts.c.status == AttemptStatus.SNOOZED.value,
+            )
         )
         a = attempts.c
         upsert = dialect.insert(attempts).values(

@@ -23,6 +23,7 @@ per-engine write turns are an :class:`asyncio.Lock` for async engines
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 from collections.abc import Callable, Coroutine
@@ -30,7 +31,7 @@ from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar, cast, ov
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Session
-from sqlalchemy.util import greenlet_spawn
+from sqlalchemy.util import await_only, greenlet_spawn
 
 from sqlq_orm.core import validation
 from sqlq_orm.core.backoff import RetryPolicy
@@ -62,6 +63,11 @@ def _sync_session(session: object, method: str) -> Session | None:
             "with a synchronous Session use sqlq_orm.Queue"
         )
     return session.sync_session
+
+
+def _pause_on_loop(seconds: float) -> None:
+    """Sleep inside the greenlet bridge by awaiting ``asyncio.sleep`` on the loop."""
+    await_only(asyncio.sleep(seconds))
 
 
 class awaited(Generic[_P, _R]):  # noqa: N801 - used like a decorator, named like one
@@ -170,6 +176,8 @@ class AsyncQueue:
             payload_max_bytes=payload_max_bytes,
             heartbeat_event_interval=heartbeat_event_interval,
         )
+        # wait() runs in the greenlet bridge: its pauses must hand the loop back.
+        self.sync_queue._pause = _pause_on_loop
 
     @property
     def context(self) -> QueueContext:
@@ -205,6 +213,7 @@ class AsyncQueue:
     fail_many = awaited(Queue.fail_many)
     release = awaited(Queue.release)
     release_many = awaited(Queue.release_many)
+    snooze = awaited(Queue.snooze)
     sweep = awaited(Queue.sweep)
     cancel = awaited(Queue.cancel)
     retry = awaited(Queue.retry)
@@ -221,3 +230,5 @@ class AsyncQueue:
     remove_schedule = awaited(Queue.remove_schedule)
     seconds_until_next_job = awaited(Queue.seconds_until_next_job)
     check_schema = awaited(Queue.check_schema)
+    result = awaited(Queue.result)
+    wait = awaited(Queue.wait)

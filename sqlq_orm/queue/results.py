@@ -1,0 +1,84 @@
+"""Results: :meth:`~Results.result` reads what a job returned, :meth:`~Results.wait`
+waits for it.
+
+A job's result is what its handler returned as a
+:class:`~sqlq_orm.core.results.JobResult` (a task's return value), stored as JSON with
+the job (``Queue.succeed(lease, result=...)``), and pruned with it. A job that ended
+FAILED or CANCELLED has no result: asking raises
+:class:`~sqlq_orm.errors.JobFailed` with its error code and detail.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sqlq_orm.core import validation
+from sqlq_orm.core.results import decode_result
+from sqlq_orm.errors import InvalidInput, JobFailed, JobNotFound, ResultNotReady, WaitTimeout
+from sqlq_orm.queue.core import QueueCore
+from sqlq_orm.schema.states import JobStatus
+
+_FIRST_PAUSE = 0.002
+_PAUSE_GROWTH = 1.5
+_LONGEST_PAUSE = 0.02
+"""A wait reads the job by its primary key after 2 ms, then ever less often, up to every
+20 ms: a finish is seen within about 20 ms, at a cost of one indexed read per pause."""
+
+
+class Results(QueueCore):
+    """Reading a job's result, and waiting for it."""
+
+    _pause: Callable[[float], object] = staticmethod(time.sleep)
+    """How a wait pauses between reads (an ``AsyncQueue`` yields to its event loop)."""
+
+    def result(self, job_id: int) -> Any:
+        """What job ``job_id`` returned (a JSON value; None when it returned none).
+
+        Raises :class:`~sqlq_orm.errors.JobFailed` (carrying ``error_code`` and
+        ``error_detail``) for a job that ended FAILED or CANCELLED,
+        :class:`~sqlq_orm.errors.ResultNotReady` for one still under way, and
+        :class:`~sqlq_orm.errors.JobNotFound` for an unknown (or pruned) id.
+        """
+        validation.job_id(job_id)
+        status, value = self._outcome(job_id)
+        if status is None:
+            return value
+        raise ResultNotReady(job_id, status)
+
+    def wait(self, job_id: int, timeout: float = 30.0) -> Any:
+        """Wait until job ``job_id`` has finished, then return :meth:`result`.
+
+        Raises what :meth:`result` raises for a failed or unknown job, and
+        :class:`~sqlq_orm.errors.WaitTimeout` (a ``TimeoutError``) when the job has not
+        finished within ``timeout`` seconds.
+        """
+        validation.job_id(job_id)
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+            raise InvalidInput(f"timeout must be a number of seconds >= 0, got {timeout!r}")
+        deadline = time.monotonic() + timeout
+        pause = _FIRST_PAUSE
+        while True:
+            status, value = self._outcome(job_id)
+            if status is None:
+                return value
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WaitTimeout(job_id, status, timeout)
+            self._pause(min(pause, left))
+            pause = min(pause * _PAUSE_GROWTH, _LONGEST_PAUSE)
+
+    def _outcome(self, job_id: int) -> tuple[str | None, Any]:
+        """``(None, result)`` for a job that succeeded, ``(status, None)`` for one under
+        way; raises for a failed, cancelled or unknown one."""
+        with self.read() as connection:
+            row = connection.execute(self.sql.job_outcome, {"p_id": job_id}).first()
+        if row is None:
+            raise JobNotFound(job_id)
+        status, result, error_code, error_detail = row
+        if status == JobStatus.SUCCEEDED.value:
+            return None, decode_result(result)
+        if status in (JobStatus.FAILED.value, JobStatus.CANCELLED.value):
+            raise JobFailed(job_id, status, error_code, error_detail)
+        return status, None

@@ -1,0 +1,217 @@
+""":class:`TaskRegistry`: a :class:`~sqlq_orm.HandlerRegistry` that also makes tasks,
+bound to the queue its tasks enqueue into.
+
+::
+
+    queue = sqlq_orm.Queue(engine)
+    registry = sqlq_orm.TaskRegistry(queue)
+
+    @registry.task(queue="mail", max_retries=5)
+    def send_email(to: str, subject: str = "Hello") -> None:
+        ...
+
+    send_email.enqueue(to="a@example.com")          # checked against the signature
+    sqlq_orm.Worker(queue, registry).run()          # runs send_email(to=..., subject=...)
+
+A task is a handler like any other to the worker; plain handlers
+(:meth:`~sqlq_orm.HandlerRegistry.handler`) live in the same registry.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
+
+from sqlq_orm.core import validation
+from sqlq_orm.errors import InvalidInput, SqlqError
+from sqlq_orm.queue.queue import Queue
+from sqlq_orm.schema.mixins import TYPE_MAX
+from sqlq_orm.tasks.runner import AsyncTaskRunner, TaskRunner
+from sqlq_orm.tasks.signature import TaskSignature
+from sqlq_orm.tasks.task import KeyOption, Task, TaskOptions
+from sqlq_orm.worker.handlers import (
+    AsyncJobContext,
+    Handler,
+    HandlerRegistry,
+    JobContext,
+    is_coroutine_handler,
+)
+
+if TYPE_CHECKING:
+    from sqlq_orm.queue.aio import AsyncQueue
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class TaskDecorator:
+    """What ``registry.task(...)`` returns: applied to a function, it makes the task.
+
+    For type checkers a leading :class:`~sqlq_orm.JobContext` (or
+    :class:`~sqlq_orm.AsyncJobContext`) parameter is not part of the task's
+    arguments, and an ``async def`` task's result is what it returns when awaited.
+    """
+
+    def __init__(self, registry: TaskRegistry, name: str | None, options: TaskOptions) -> None:
+        self.registry = registry
+        self.name = name
+        self.options = options
+
+    @overload
+    def __call__(
+        self, function: Callable[Concatenate[AsyncJobContext, P], Awaitable[R]]
+    ) -> Task[P, R]: ...
+    @overload
+    def __call__(
+        self, function: Callable[Concatenate[JobContext, P], Awaitable[R]]
+    ) -> Task[P, R]: ...
+    @overload
+    def __call__(self, function: Callable[Concatenate[JobContext, P], R]) -> Task[P, R]: ...
+    @overload
+    def __call__(self, function: Callable[P, Awaitable[R]]) -> Task[P, R]: ...
+    @overload
+    def __call__(self, function: Callable[P, R]) -> Task[P, R]: ...
+    def __call__(self, function: Callable[..., Any]) -> Task[Any, Any]:
+        return self.registry.add_task(function, name=self.name, options=self.options)
+
+
+class TaskRegistry(HandlerRegistry):
+    """Handlers and tasks by job type, and the queue the tasks enqueue into.
+
+    ``queue`` is a :class:`~sqlq_orm.Queue` or an :class:`~sqlq_orm.AsyncQueue` (or
+    None, then :meth:`bind` one before the first enqueue). Nothing is global: each
+    task enqueues through its own registry's queue.
+    """
+
+    def __init__(
+        self,
+        queue: Queue | AsyncQueue | None = None,
+        *,
+        handlers: Mapping[str, Handler] | None = None,
+    ) -> None:
+        super().__init__(handlers)
+        self._queue: Queue | None = None
+        self._async_queue: AsyncQueue | None = None
+        self._tasks: dict[str, Task[Any, Any]] = {}
+        if queue is not None:
+            self.bind(queue)
+
+    def bind(self, queue: Queue | AsyncQueue) -> TaskRegistry:
+        """Make ``queue`` the one this registry's tasks enqueue into; return the registry.
+
+        An :class:`~sqlq_orm.AsyncQueue` serves ``enqueue_async`` (and ``enqueue``,
+        through its synchronous queue); a :class:`~sqlq_orm.Queue` serves ``enqueue``.
+        """
+        if isinstance(queue, Queue):
+            self._queue = queue
+            return self
+        aio = sys.modules.get("sqlq_orm.queue.aio.queue")  # loaded if an AsyncQueue exists
+        if aio is not None and isinstance(queue, aio.AsyncQueue):
+            self._async_queue = queue
+            self._queue = queue.sync_queue
+            return self
+        raise InvalidInput(f"a TaskRegistry binds a Queue or an AsyncQueue, got {queue!r}")
+
+    @property
+    def queue(self) -> Queue:
+        """The :class:`~sqlq_orm.Queue` the tasks enqueue into."""
+        if self._queue is None:
+            raise SqlqError(
+                "this TaskRegistry has no queue to enqueue into: make it with "
+                "TaskRegistry(queue) or call registry.bind(queue) first"
+            )
+        return self._queue
+
+    @property
+    def async_queue(self) -> AsyncQueue:
+        """The :class:`~sqlq_orm.AsyncQueue` the tasks' ``enqueue_async`` uses."""
+        if self._async_queue is None:
+            raise SqlqError(
+                "this TaskRegistry has no AsyncQueue for enqueue_async: make it with "
+                "TaskRegistry(async_queue) or call registry.bind(async_queue) first"
+            )
+        return self._async_queue
+
+    @property
+    def tasks(self) -> dict[str, Task[Any, Any]]:
+        """Every task, by its type name."""
+        return dict(self._tasks)
+
+    def task(
+        self,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        priority: int = 0,
+        max_retries: int | None = None,
+        max_runtime_seconds: int | None = None,
+        dedupe_key: KeyOption = None,
+        concurrency_key: KeyOption = None,
+        concurrency_limit: int | None = None,
+        delay: float | None = None,
+        depends_on: Sequence[int] | None = None,
+    ) -> TaskDecorator:
+        """Decorator: make the function a task, with these options as its defaults.
+
+        ``name`` is the job type (default: the function's import path,
+        ``module.qualname``); pass it to keep old jobs runnable after a rename or a
+        move. ``dedupe_key`` and ``concurrency_key`` are strings or functions of the
+        task's arguments. The other options mean what they mean in
+        :meth:`Queue.enqueue <sqlq_orm.Queue.enqueue>`; each call can override them
+        with :meth:`Task.options`.
+        """
+        options = TaskOptions(
+            queue=queue,
+            priority=priority,
+            max_retries=max_retries,
+            max_runtime_seconds=max_runtime_seconds,
+            dedupe_key=dedupe_key,
+            concurrency_key=concurrency_key,
+            concurrency_limit=concurrency_limit,
+            delay=delay,
+            depends_on=depends_on,
+        )
+        return TaskDecorator(self, name, options)
+
+    def add_task(
+        self, function: Callable[..., Any], *, name: str | None, options: TaskOptions
+    ) -> Task[Any, Any]:
+        """Register ``function`` as a task (what the decorator does); return the task."""
+        if not callable(function):
+            raise InvalidInput(f"a task must be a function, got {function!r}")
+        task_name = name if name is not None else default_task_name(function)
+        validation.require_name("task name", task_name, TYPE_MAX)
+        for key in ("dedupe_key", "concurrency_key"):
+            value = getattr(options, key)
+            if value is not None and not (isinstance(value, str) or callable(value)):
+                raise InvalidInput(
+                    f"task {task_name!r}: {key} must be a string or a function of the "
+                    f"task's arguments, got {value!r}"
+                )
+        signature = TaskSignature(function, task_name)
+        runner_class = AsyncTaskRunner if is_coroutine_handler(function) else TaskRunner
+        self.register(task_name, runner_class(function, signature))
+        task: Task[Any, Any] = Task(
+            function, name=task_name, registry=self, options=options, signature=signature
+        )
+        self._tasks[task_name] = task
+        return task
+
+    def get_task(self, name: str) -> Task[Any, Any] | None:
+        """The task of type ``name``, or None."""
+        return self._tasks.get(name)
+
+
+def default_task_name(function: Callable[..., Any]) -> str:
+    """A function's import path, ``module.qualname``: the job type of its task."""
+    module = getattr(function, "__module__", None)
+    qualname = getattr(function, "__qualname__", None)
+    if not module or not qualname:
+        raise InvalidInput(f"{function!r} has no import path; pass the task a name=")
+    if module == "__main__":
+        raise InvalidInput(
+            f"task {qualname!r} is defined in the script being run (__main__), whose "
+            "import path a worker importing the module would not share; pass name="
+        )
+    return f"{module}.{qualname}"

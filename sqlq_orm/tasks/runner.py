@@ -1,0 +1,70 @@
+"""How the worker runs a task: a handler that turns the job's stored arguments back
+into a call of the task function.
+
+The worker knows handlers only (``handler(ctx)``); a task is registered as one of
+these runners, so the worker needs nothing task-specific. A job whose stored
+arguments no longer bind to the function (a deploy changed its signature) fails at
+once, not retried, with :data:`~sqlq_orm.tasks.signature.ARGUMENTS_DO_NOT_BIND`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from sqlq_orm.core.results import JobResult
+from sqlq_orm.errors import JobError
+from sqlq_orm.tasks.signature import ARGUMENTS_DO_NOT_BIND, ArgumentsDoNotBind, TaskSignature
+from sqlq_orm.worker.handlers import AsyncJobContext, JobContext
+
+
+class TaskRunner:
+    """The handler of a plain (``def``) task."""
+
+    def __init__(self, function: Callable[..., Any], signature: TaskSignature) -> None:
+        self.function = function
+        self.signature = signature
+        first = next(iter(inspect.signature(function).parameters.values()), None)
+        self._context_by_keyword = (
+            signature.context is not None
+            and first is not None
+            and first.kind is inspect.Parameter.KEYWORD_ONLY
+        )
+
+    def __repr__(self) -> str:
+        return f"<task {self.signature.task_name}>"
+
+    def arguments(self, ctx: JobContext) -> tuple[list[Any], dict[str, Any]]:
+        """The call for ``ctx``'s job, or a non-retryable :class:`JobError`."""
+        try:
+            args, kwargs = self.signature.call_of(ctx.payload)
+        except ArgumentsDoNotBind as exc:
+            raise JobError(ARGUMENTS_DO_NOT_BIND, str(exc), retryable=False) from None
+        context = self.signature.context
+        if context is not None:
+            if self._context_by_keyword:
+                kwargs[context] = ctx
+            else:
+                args.insert(0, ctx)
+        return args, kwargs
+
+    def stored(self, value: Any) -> JobResult | None:
+        """The return value as the job's result (None: nothing to store)."""
+        if value is None:
+            return None
+        encode = self.signature.result_converter.encode
+        return JobResult(encode(value) if encode is not None else value)
+
+    def __call__(self, ctx: JobContext) -> Any:
+        args, kwargs = self.arguments(ctx)
+        # A returned string is the task's result, not a result_ref (as for a handler).
+        return self.stored(self.function(*args, **kwargs))
+
+
+class AsyncTaskRunner(TaskRunner):
+    """The handler of an ``async def`` task, awaited on the worker's event loop."""
+
+    async def __call__(self, ctx: AsyncJobContext) -> Any:  # type: ignore[override]
+        args, kwargs = self.arguments(ctx)
+        return self.stored(await self.function(*args, **kwargs))

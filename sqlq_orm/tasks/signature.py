@@ -1,0 +1,175 @@
+"""A task function's signature: binding a call to a payload, and a payload back to a call.
+
+The payload of a task's job is a JSON object of its arguments by parameter name
+(``{"to": "a@example.com", "retries": 2}``); defaults are not stored, so a job enqueued
+without an argument gets the default the code has when it runs. ``*args`` is stored
+under its name as a list, ``**kwargs`` as an object.
+
+Binding happens twice: at enqueue (:meth:`TaskSignature.payload_of`, before anything
+is written: a missing, unexpected or non-JSON argument raises
+:class:`~sqlq_orm.errors.InvalidInput` naming it) and on the worker
+(:meth:`TaskSignature.call_of`: a stored payload that no longer fits the function,
+after a deploy changed it, raises :class:`ArgumentsDoNotBind`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from sqlq_orm.errors import InvalidInput
+from sqlq_orm.tasks.codec import Converter, converter_for, json_problem
+from sqlq_orm.worker.handlers import JobContext
+
+ARGUMENTS_DO_NOT_BIND = "INVALID_INPUT:ARGUMENTS_DO_NOT_BIND"
+"""The error code of a job whose stored arguments do not fit its task's signature."""
+
+
+class ArgumentsDoNotBind(InvalidInput):
+    """A job's stored arguments do not fit its task function's current signature."""
+
+
+def _is_context(hint: Any) -> bool:
+    return isinstance(hint, type) and issubclass(hint, JobContext)
+
+
+class TaskSignature:
+    """What a task function takes, apart from the job's context.
+
+    ``context`` is the name of the parameter annotated :class:`JobContext` (or
+    :class:`AsyncJobContext`), which must come first, or None.
+    """
+
+    def __init__(self, function: Callable[..., Any], task_name: str) -> None:
+        self.task_name = task_name
+        full = inspect.signature(function)
+        try:
+            hints = typing.get_type_hints(function)
+        except Exception:  # noqa: BLE001 - an annotation that cannot be resolved: no conversion
+            hints = {}
+        parameters = list(full.parameters.values())
+        self.context: str | None = None
+        if parameters and _is_context(hints.get(parameters[0].name)):
+            self.context = parameters[0].name
+            parameters = parameters[1:]
+        for parameter in parameters:
+            if _is_context(hints.get(parameter.name)):
+                raise InvalidInput(
+                    f"task {task_name!r}: the JobContext parameter {parameter.name!r} must "
+                    "come first (type checkers strip only a leading context from the "
+                    "enqueue signature)"
+                )
+        # Resolved annotations, so messages show ``to: str``, not ``to: 'str'``.
+        parameters = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in parameters]
+        self.signature = full.replace(
+            parameters=parameters, return_annotation=hints.get("return", full.return_annotation)
+        )
+        self.parameters = {p.name: p for p in parameters}
+        self.converters: dict[str, Converter] = {
+            p.name: converter_for(hints.get(p.name, Any)) for p in parameters
+        }
+        self.result_converter = converter_for(hints.get("return", Any))
+        """How the function's return value is stored and read back (by its annotation)."""
+        self._required = {
+            p.name
+            for p in parameters
+            if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        }
+
+    def bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> inspect.BoundArguments:
+        """Bind a call, or raise :class:`InvalidInput` naming what does not fit."""
+        try:
+            return self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise InvalidInput(
+                f"task {self.task_name!r} cannot take these arguments: {exc}; nothing was "
+                f"written (its signature is {self.signature})"
+            ) from None
+
+    def payload_of(self, bound: inspect.BoundArguments) -> dict[str, Any] | None:
+        """The JSON payload of a bound call (None for a call without arguments)."""
+        if not bound.arguments:
+            return None
+        payload: dict[str, Any] = {}
+        for name, value in bound.arguments.items():
+            encode = self.converters[name].encode
+            if encode is not None and value is not None:
+                try:
+                    value = encode(value)
+                except Exception as exc:  # noqa: BLE001 - a converter's error names the argument
+                    raise InvalidInput(
+                        f"task {self.task_name!r}: argument {name!r} cannot be stored "
+                        f"({type(exc).__name__}: {exc}); nothing was written"
+                    ) from None
+            problem = json_problem(value)
+            if problem is not None:
+                raise InvalidInput(
+                    f"task {self.task_name!r}: argument {name!r} must be JSON, a dataclass, "
+                    f"a TypedDict or a pydantic model, but {problem} (got "
+                    f"{_short(value)}); nothing was written"
+                )
+            payload[name] = value
+        return payload
+
+    def call_of(self, payload: Any) -> tuple[list[Any], dict[str, Any]]:
+        """The positional and keyword arguments a stored ``payload`` calls the function
+        with, or :class:`ArgumentsDoNotBind` saying why it cannot."""
+        if payload is None:
+            payload = {}
+        if not isinstance(payload, dict):
+            raise ArgumentsDoNotBind(
+                f"task {self.task_name!r} takes its arguments as a JSON object by parameter "
+                f"name; the job's payload is a {type(payload).__name__}"
+            )
+        unknown = [name for name in payload if name not in self.parameters]
+        if unknown:
+            raise ArgumentsDoNotBind(
+                f"task {self.task_name!r} has no parameter {', '.join(map(repr, unknown))} "
+                f"any more (its signature is {self.signature})"
+            )
+        arguments: dict[str, Any] = {}
+        for name in self.parameters:  # in the signature's order, as BoundArguments wants
+            if name not in payload:
+                continue
+            value = payload[name]
+            decode = self.converters[name].decode
+            if decode is not None and value is not None:
+                try:
+                    value = decode(value)
+                except Exception as exc:  # noqa: BLE001 - a stored value no longer fits its type
+                    raise ArgumentsDoNotBind(
+                        f"task {self.task_name!r}: the stored argument {name!r} does not fit "
+                        f"its annotation any more ({type(exc).__name__}: {exc})"
+                    ) from None
+            kind = self.parameters[name].kind
+            if kind is inspect.Parameter.VAR_POSITIONAL:
+                value = tuple(value) if isinstance(value, (list, tuple)) else (value,)
+            elif kind is inspect.Parameter.VAR_KEYWORD and not isinstance(value, dict):
+                raise ArgumentsDoNotBind(
+                    f"task {self.task_name!r}: the stored **{name} is not a JSON object"
+                )
+            arguments[name] = value
+        if not self._required <= arguments.keys():
+            # A parameter added since without a default has no stored value.
+            missing = [n for n in self.parameters if n in self._required and n not in arguments]
+            raise ArgumentsDoNotBind(
+                f"task {self.task_name!r}: the stored arguments do not bind to its "
+                f"signature {self.signature}: missing a required argument: {missing[0]!r}"
+            )
+        bound = inspect.BoundArguments(self.signature, arguments)
+        return list(bound.args), dict(bound.kwargs)
+
+    def check_payload(self, payload: Any) -> str | None:
+        """Why a stored ``payload`` would not bind, or None (for the drift check)."""
+        try:
+            self.call_of(payload)
+        except ArgumentsDoNotBind as exc:
+            return str(exc)
+        return None
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -1,0 +1,251 @@
+""":class:`Task`: a typed function the worker runs, and the way to enqueue it.
+
+A task is made by :meth:`~sqlq_orm.tasks.registry.TaskRegistry.task`; its
+``enqueue`` has the function's own parameters (a ``ParamSpec``), so a type checker
+flags a wrong or missing argument at the call, and at run time the call is bound
+against the signature before anything is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, cast
+
+from sqlq_orm.errors import InvalidInput
+from sqlq_orm.queue.queue import Queue
+from sqlq_orm.queue.types import EnqueuedJob, JobSpec
+from sqlq_orm.tasks.signature import TaskSignature
+
+if TYPE_CHECKING:
+    from sqlq_orm.queue.aio import AsyncQueue
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+KeyOption = str | Callable[..., str | None] | None
+"""A dedupe or concurrency key: a fixed string, or a function called with the task's
+arguments (as the task would be) that returns the key (or None for no key)."""
+
+_UNSET: Any = object()
+
+
+class TaskQueues(Protocol):
+    """Where a task enqueues: its :class:`~sqlq_orm.TaskRegistry`'s queues."""
+
+    @property
+    def queue(self) -> Queue: ...
+
+    @property
+    def async_queue(self) -> AsyncQueue: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskOptions:
+    """How a task's jobs are enqueued: the decorator's defaults, then per-call
+    overrides from :meth:`Task.options`. Fields mean what they mean in
+    :meth:`Queue.enqueue <sqlq_orm.Queue.enqueue>`."""
+
+    queue: str = "default"
+    priority: int = 0
+    max_retries: int | None = None
+    max_runtime_seconds: int | None = None
+    dedupe_key: KeyOption = None
+    concurrency_key: KeyOption = None
+    concurrency_limit: int | None = None
+    delay: float | None = None
+    run_at: Any = None
+    depends_on: Sequence[int] | None = None
+    on_parent_failure: str = "cancel"
+    columns: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """Values for columns the host app added to its job model."""
+    session: Any = None
+    """Enqueue in the caller's transaction (a ``Session``; an ``AsyncSession`` for
+    :meth:`Task.enqueue_async`)."""
+
+
+class Task(Generic[P, R]):
+    """A task function registered with a :class:`TaskRegistry`.
+
+    ``enqueue(...)`` takes the function's arguments (without the leading
+    :class:`~sqlq_orm.JobContext`, which the worker supplies) and returns the
+    :class:`~sqlq_orm.EnqueuedJob`. The function itself is :attr:`function`, for
+    tests that call it directly.
+    """
+
+    def __init__(
+        self,
+        function: Callable[..., Any],
+        *,
+        name: str,
+        registry: TaskQueues,
+        options: TaskOptions,
+        signature: TaskSignature | None = None,
+    ) -> None:
+        self.function = function
+        self.name = name
+        self.registry = registry
+        self.defaults = options
+        self.signature = signature or TaskSignature(function, name)
+        self.__doc__ = function.__doc__
+        self.__wrapped__ = function
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} {self.signature.signature}>"
+
+    def options(
+        self,
+        *,
+        queue: str = _UNSET,
+        priority: int = _UNSET,
+        max_retries: int | None = _UNSET,
+        max_runtime_seconds: int | None = _UNSET,
+        dedupe_key: KeyOption = _UNSET,
+        concurrency_key: KeyOption = _UNSET,
+        concurrency_limit: int | None = _UNSET,
+        delay: float | None = _UNSET,
+        run_at: Any = _UNSET,
+        depends_on: Sequence[int] | None = _UNSET,
+        on_parent_failure: str = _UNSET,
+        columns: Mapping[str, Any] = _UNSET,
+        session: Any = _UNSET,
+    ) -> Task[P, R]:
+        """This task with some options changed for the calls made through it::
+
+        send_email.options(delay=60, session=session).enqueue(to="a@example.com")
+        """
+        given = {k: v for k, v in locals().items() if k != "self" and v is not _UNSET}
+        return Task(
+            self.function,
+            name=self.name,
+            registry=self.registry,
+            options=dataclasses.replace(self.defaults, **given),
+            signature=self.signature,
+        )
+
+    def spec(self, *args: P.args, **kwargs: P.kwargs) -> JobSpec:
+        """The :class:`~sqlq_orm.JobSpec` of one call, for
+        :meth:`Queue.enqueue_many <sqlq_orm.Queue.enqueue_many>` (to mix tasks in one
+        transaction). Bad arguments raise :class:`~sqlq_orm.errors.InvalidInput`."""
+        return self._spec(args, kwargs)
+
+    def _spec(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> JobSpec:
+        options = self.defaults
+        bound = self.signature.bind(args, kwargs)
+        return JobSpec(
+            type=self.name,
+            payload=self.signature.payload_of(bound),
+            queue=options.queue,
+            priority=options.priority,
+            run_at=options.run_at,
+            delay=options.delay,
+            max_retries=options.max_retries,
+            max_runtime_seconds=options.max_runtime_seconds,
+            dedupe_key=self._key("dedupe_key", options.dedupe_key, bound),
+            concurrency_key=self._key("concurrency_key", options.concurrency_key, bound),
+            concurrency_limit=options.concurrency_limit,
+            columns=options.columns,
+            depends_on=tuple(options.depends_on or ()),
+            on_parent_failure=options.on_parent_failure,
+        )
+
+    def _key(self, what: str, key: KeyOption, bound: Any) -> str | None:
+        if key is None or isinstance(key, str):
+            return key
+        try:
+            return key(*bound.args, **bound.kwargs)
+        except Exception as exc:
+            raise InvalidInput(
+                f"task {self.name!r}: its {what} function raised {type(exc).__name__}: {exc}; "
+                "nothing was written"
+            ) from exc
+
+    def _enqueue_arguments(self, spec: JobSpec) -> dict[str, Any]:
+        options = self.defaults
+        return {
+            "queue": spec.queue,
+            "priority": spec.priority,
+            "run_at": spec.run_at,
+            "delay": spec.delay,
+            "max_retries": spec.max_retries,
+            "max_runtime_seconds": spec.max_runtime_seconds,
+            "dedupe_key": spec.dedupe_key,
+            "concurrency_key": spec.concurrency_key,
+            "concurrency_limit": spec.concurrency_limit,
+            "depends_on": options.depends_on,
+            "on_parent_failure": spec.on_parent_failure,
+            "session": options.session,
+            **spec.columns,
+        }
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueuedJob:
+        """Enqueue one run of the task with these arguments on the registry's queue.
+
+        The arguments are bound against the function's signature first: a missing,
+        unexpected or non-JSON argument raises :class:`~sqlq_orm.errors.InvalidInput`
+        naming it, and nothing is written.
+        """
+        spec = self.spec(*args, **kwargs)
+        queue = self.registry.queue
+        return queue.enqueue(spec.type, spec.payload, **self._enqueue_arguments(spec))
+
+    def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, EnqueuedJob]:
+        """:meth:`enqueue` on the registry's :class:`~sqlq_orm.AsyncQueue`, awaited.
+
+        The arguments are bound (and refused) at the call, before the coroutine runs.
+        """
+        spec = self.spec(*args, **kwargs)
+        queue = self.registry.async_queue
+        return queue.enqueue(spec.type, spec.payload, **self._enqueue_arguments(spec))
+
+    def specs(self, arguments: Iterable[Mapping[str, Any]]) -> list[JobSpec]:
+        """One :class:`~sqlq_orm.JobSpec` per mapping of keyword arguments."""
+        specs = []
+        for index, call in enumerate(arguments):
+            if not isinstance(call, Mapping):
+                raise InvalidInput(
+                    f"call #{index} of {self.name!r}.enqueue_many must be a mapping of "
+                    f"keyword arguments, got {type(call).__name__}"
+                )
+            try:
+                specs.append(self._spec((), call))
+            except InvalidInput as exc:
+                raise InvalidInput(f"call #{index}: {exc}") from None
+        return specs
+
+    def enqueue_many(self, arguments: Iterable[Mapping[str, Any]]) -> list[EnqueuedJob]:
+        """Enqueue one run per mapping of keyword arguments, in one transaction.
+
+        Every call is bound before anything is written; one bad call (named by its
+        index) writes none. Returns the jobs in order.
+        """
+        specs = self.specs(arguments)
+        return self.registry.queue.enqueue_many(specs, session=self.defaults.session)
+
+    async def enqueue_many_async(self, arguments: Iterable[Mapping[str, Any]]) -> list[EnqueuedJob]:
+        """:meth:`enqueue_many` on the registry's :class:`~sqlq_orm.AsyncQueue`."""
+        specs = self.specs(arguments)
+        return await self.registry.async_queue.enqueue_many(specs, session=self.defaults.session)
+
+    def _value(self, stored: Any) -> R:
+        decode = self.signature.result_converter.decode
+        return cast(R, decode(stored) if decode is not None and stored is not None else stored)
+
+    def result(self, job_id: int) -> R:
+        """What the run ``job_id`` returned, rebuilt by the function's return
+        annotation (see :meth:`Queue.result <sqlq_orm.Queue.result>` for the errors)."""
+        return self._value(self.registry.queue.result(job_id))
+
+    def wait(self, job_id: int, timeout: float = 30.0) -> R:
+        """Wait for the run ``job_id`` to finish and return its result (see
+        :meth:`Queue.wait <sqlq_orm.Queue.wait>`)."""
+        return self._value(self.registry.queue.wait(job_id, timeout))
+
+    async def result_async(self, job_id: int) -> R:
+        """:meth:`result` through the registry's :class:`~sqlq_orm.AsyncQueue`."""
+        return self._value(await self.registry.async_queue.result(job_id))
+
+    async def wait_async(self, job_id: int, timeout: float = 30.0) -> R:
+        """:meth:`wait` through the registry's :class:`~sqlq_orm.AsyncQueue` (its pauses
+        hand the event loop back)."""
+        return self._value(await self.registry.async_queue.wait(job_id, timeout))

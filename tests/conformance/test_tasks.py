@@ -1,0 +1,399 @@
+"""Tasks (issue 24, items 1-2) on every backend, enqueued through ``Queue`` (sync) and
+``AsyncQueue`` (async), run by a real worker: typed arguments reach the function as
+real parameters, the context comes to a parameter that asks for it, ``async def``
+tasks run on the worker's loop, a call that does not bind writes nothing, and a job
+whose stored arguments no longer bind fails once with its own error code."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
+
+import sqlq_orm
+from sqlq_orm import AsyncJobContext, InvalidInput, JobContext, TaskRegistry
+from sqlq_orm.tasks import ARGUMENTS_DO_NOT_BIND
+from tests.support.aio_bridge import FLAVOURS, LoopThread, async_url
+from tests.support.worker_helpers import running
+
+
+@dataclasses.dataclass(frozen=True)
+class Address:
+    street: str
+    city: str
+
+
+class Tasks:
+    """A TaskRegistry bound to the flavour's queue, and calls made the flavour's way."""
+
+    def __init__(self, engine: Any, flavour: str, db_url: str, loop: LoopThread) -> None:
+        self.flavour = flavour
+        self.loop = loop
+        self.queue = sqlq_orm.Queue(engine)  # the worker's, and the test's reads
+        self.async_engine = None
+        if flavour == "sync":
+            self.registry = TaskRegistry(self.queue)
+        else:
+            self.async_engine = sqlq_orm.create_async_engine(async_url(db_url, flavour))
+            self.registry = TaskRegistry(sqlq_orm.AsyncQueue(self.async_engine))
+
+    def enqueue(self, task: sqlq_orm.Task[Any, Any], *args: Any, **kwargs: Any) -> Any:
+        if self.flavour == "sync":
+            return task.enqueue(*args, **kwargs)
+        return self.loop.run(task.enqueue_async(*args, **kwargs))
+
+    def enqueue_many(self, task: sqlq_orm.Task[Any, Any], calls: list[dict[str, Any]]) -> Any:
+        if self.flavour == "sync":
+            return task.enqueue_many(calls)
+        return self.loop.run(task.enqueue_many_async(calls))
+
+    def drain(self) -> sqlq_orm.WorkerStats:
+        worker = sqlq_orm.Worker(
+            self.queue, self.registry, queues=["default", "mail"], burst=True,
+            install_signal_handlers=False, sweep_interval=None, poll_interval=0.05,
+        )  # fmt: skip
+        return worker.run()
+
+    def result(self, task: sqlq_orm.Task[Any, Any], job_id: int) -> Any:
+        if self.flavour == "sync":
+            return task.result(job_id)
+        return self.loop.run(task.result_async(job_id))
+
+    def wait(self, task: sqlq_orm.Task[Any, Any], job_id: int, timeout: float) -> Any:
+        if self.flavour == "sync":
+            return task.wait(job_id, timeout)
+        return self.loop.run(task.wait_async(job_id, timeout))
+
+    def job_count(self) -> int:
+        with self.queue.read() as connection:
+            return int(
+                connection.execute(
+                    select(func.count()).select_from(self.queue.models.job.__table__)
+                ).scalar_one()
+            )
+
+
+@pytest.fixture(params=FLAVOURS)
+def tasks(request: pytest.FixtureRequest, engine: Any, db_url: str) -> Iterator[Tasks]:
+    loop = LoopThread()
+    made = Tasks(engine, request.param, db_url, loop)
+    yield made
+    if made.async_engine is not None:
+        loop.run(made.async_engine.dispose())
+    loop.close()
+
+
+def test_a_task_runs_with_its_typed_arguments_and_the_context_it_asks_for(tasks):
+    calls: list[tuple[int, int, Address, list[Address], str]] = []
+
+    @tasks.registry.task()
+    def deliver(ctx: JobContext, address: Address, stops: list[Address], note: str = "-") -> None:
+        calls.append((ctx.job_id, ctx.attempt, address, stops, note))
+
+    home, shop = Address("1 Main St", "Springfield"), Address("2 Side St", "Shelbyville")
+    job = tasks.enqueue(deliver, home, stops=[shop])
+
+    assert job.created
+    tasks.drain()
+
+    assert calls == [(job.id, 1, home, [shop], "-")]
+    assert tasks.queue.get_job(job.id).status == "SUCCEEDED"
+
+
+def test_an_async_task_is_awaited_on_the_workers_loop(tasks):
+    seen: list[tuple[str, str, type]] = []
+
+    @tasks.registry.task(queue="mail")
+    async def fetch(ctx: AsyncJobContext, url: str, *, retries: int = 0) -> None:
+        await asyncio.sleep(0)
+        seen.append((url, threading.current_thread().name, type(ctx)))
+        assert retries == 2
+
+    job = tasks.enqueue(fetch, "https://example.com/feed", retries=2)
+    tasks.drain()
+
+    assert [(url, kind) for url, _, kind in seen] == [("https://example.com/feed", AsyncJobContext)]
+    assert tasks.queue.get_job(job.id).queue == "mail"
+    assert tasks.queue.get_job(job.id).status == "SUCCEEDED"
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, named",
+    [
+        ((), {}, "missing a required argument: 'address'"),
+        ((Address("a", "b"),), {"urgent": True}, "unexpected keyword argument 'urgent'"),
+        ((Address("a", "b"),), {"note": {1, 2}}, "argument 'note'"),
+    ],
+)
+def test_a_call_that_does_not_bind_writes_nothing(tasks, args, kwargs, named):
+    @tasks.registry.task()
+    def deliver(address: Address, note: Any = None) -> None:
+        pass
+
+    with pytest.raises(InvalidInput, match=named):
+        tasks.enqueue(deliver, *args, **kwargs)
+    assert tasks.job_count() == 0
+
+
+def test_options_override_the_decorators_defaults_per_call(tasks):
+    @tasks.registry.task(queue="mail", priority=1, max_retries=7)
+    def send(to: str) -> None:
+        pass
+
+    plain = tasks.enqueue(send, "a@example.com")
+    urgent = tasks.enqueue(send.options(priority=9, queue="default", delay=3600), "b@example.com")
+
+    plain_row, urgent_row = tasks.queue.get_job(plain.id), tasks.queue.get_job(urgent.id)
+    assert (plain_row.queue, plain_row.priority, plain_row.max_retries) == ("mail", 1, 7)
+    assert (urgent_row.queue, urgent_row.priority, urgent_row.max_retries) == ("default", 9, 7)
+    assert urgent_row.run_at >= plain_row.run_at + 3599
+
+
+def test_a_dedupe_key_from_the_arguments_names_one_job(tasks):
+    @tasks.registry.task(dedupe_key=lambda user_id: f"welcome-{user_id}")
+    def welcome(user_id: int) -> None:
+        pass
+
+    first = tasks.enqueue(welcome, 42)
+    again = tasks.enqueue(welcome, user_id=42)
+    other = tasks.enqueue(welcome, 43)
+
+    assert (first.created, again.created, again.id) == (True, False, first.id)
+    assert other.created and other.id != first.id
+
+
+def test_enqueue_many_binds_every_call_before_writing_any(tasks):
+    ran: list[str] = []
+
+    @tasks.registry.task()
+    def send(to: str, subject: str = "Hello") -> None:
+        ran.append(f"{to}/{subject}")
+
+    with pytest.raises(InvalidInput, match="call #2: .*missing a required argument: 'to'"):
+        tasks.enqueue_many(send, [{"to": "a"}, {"to": "b"}, {"subject": "no one"}])
+    assert tasks.job_count() == 0
+
+    jobs = tasks.enqueue_many(send, [{"to": "a"}, {"to": "b", "subject": "Hi"}])
+    tasks.drain()
+
+    assert len(jobs) == 2 and sorted(ran) == ["a/Hello", "b/Hi"]
+
+
+def test_a_task_enqueued_in_the_callers_transaction_rolls_back_with_it(tasks):
+    @tasks.registry.task()
+    def send(to: str) -> None:
+        pass
+
+    if tasks.flavour == "sync":
+        with Session(tasks.queue.engine) as session:
+            send.options(session=session).enqueue("a")
+            session.rollback()
+        with Session(tasks.queue.engine) as session:
+            kept = send.options(session=session).enqueue("b")
+            session.commit()
+    else:
+
+        async def in_transactions() -> Any:
+            async with AsyncSession(tasks.async_engine) as session:
+                await send.options(session=session).enqueue_async("a")
+                await session.rollback()
+            async with AsyncSession(tasks.async_engine) as session:
+                made = await send.options(session=session).enqueue_async("b")
+                await session.commit()
+            return made
+
+        kept = tasks.loop.run(in_transactions())
+
+    assert tasks.job_count() == 1
+    assert tasks.queue.get_job(kept.id).status == "QUEUED"
+
+
+def test_a_job_whose_stored_arguments_no_longer_bind_fails_once_with_its_own_code(tasks):
+    @tasks.registry.task(max_retries=5)
+    def send(to: str, subject: str) -> None:  # a deploy added subject, dropped cc
+        raise AssertionError("must not be called")
+
+    stale = tasks.queue.enqueue(send.name, {"to": "a", "cc": "b"}, max_retries=5)
+    tasks.drain()
+
+    job = tasks.queue.get_job(stale.id)
+    assert job.status == "FAILED"
+    assert job.error_code == ARGUMENTS_DO_NOT_BIND
+    assert "no parameter 'cc'" in job.error_detail
+    assert len(job.attempts) == 1
+
+
+# -- results (item 4) ----------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Receipt:
+    order: int
+    lines: list[Address]
+
+
+def test_a_tasks_return_value_is_its_result_rebuilt_by_the_annotation(tasks):
+    @tasks.registry.task()
+    def bill(order: int, to: Address) -> Receipt:
+        return Receipt(order, [to])
+
+    @tasks.registry.task()
+    async def count(words: list[str]) -> int:
+        return len(words)
+
+    @tasks.registry.task()
+    def nothing() -> None:
+        pass
+
+    home = Address("1 Main St", "Springfield")
+    billed, counted, empty = (
+        tasks.enqueue(bill, 7, home),
+        tasks.enqueue(count, ["a", "b"]),
+        tasks.enqueue(nothing),
+    )
+    with pytest.raises(sqlq_orm.ResultNotReady, match="QUEUED"):
+        tasks.result(bill, billed.id)
+    tasks.drain()
+
+    assert tasks.result(bill, billed.id) == Receipt(7, [home])
+    assert tasks.wait(count, counted.id, timeout=5) == 2
+    assert tasks.result(nothing, empty.id) is None
+    assert tasks.queue.result(billed.id) == {"order": 7, "lines": [dataclasses.asdict(home)]}
+
+
+def test_the_result_of_a_failed_job_raises_with_its_error_code(tasks):
+    @tasks.registry.task(max_retries=0)
+    def explode() -> int:
+        raise sqlq_orm.JobError("UPSTREAM:REFUSED", "the API said no")
+
+    job = tasks.enqueue(explode)
+    tasks.drain()
+
+    with pytest.raises(sqlq_orm.JobFailed) as failed:
+        tasks.wait(explode, job.id, timeout=5)
+    assert (failed.value.status, failed.value.error_code) == ("FAILED", "UPSTREAM:REFUSED")
+    assert failed.value.error_detail == "the API said no"
+
+
+def test_a_wait_that_runs_out_of_time_says_where_the_job_is(tasks):
+    @tasks.registry.task()
+    def later() -> int:
+        return 1
+
+    job = tasks.enqueue(later.options(delay=3600))
+    with pytest.raises(sqlq_orm.WaitTimeout, match=f"job {job.id} is still QUEUED"):
+        tasks.wait(later, job.id, timeout=0.05)
+    with pytest.raises(sqlq_orm.JobNotFound):
+        tasks.wait(later, job.id + 1000, timeout=1)
+
+
+def test_wait_returns_once_a_worker_finishes_the_job(tasks):
+    @tasks.registry.task()
+    def square(n: int) -> int:
+        return n * n
+
+    worker = sqlq_orm.Worker(
+        tasks.queue, tasks.registry, install_signal_handlers=False, poll_interval=0.05,
+        sweep_interval=None,
+    )  # fmt: skip
+    with running(worker):
+        job = tasks.enqueue(square, 12)
+        assert tasks.wait(square, job.id, timeout=30) == 144
+
+
+@pytest.mark.parametrize(
+    "returned, problem",
+    [({"when": {1, 2}}, "result must be JSON-serialisable"), ("x" * 70_000, "limit is 65536")],
+)
+def test_a_result_the_queue_cannot_store_fails_the_job_without_retry(tasks, returned, problem):
+    @tasks.registry.task(max_retries=3)
+    def odd() -> Any:
+        return returned
+
+    job = tasks.enqueue(odd)
+    tasks.drain()
+
+    row = tasks.queue.get_job(job.id)
+    assert (row.status, row.error_code, len(row.attempts)) == (
+        "FAILED",
+        "INTERNAL:INVALID_RESULT",
+        1,
+    )
+    assert problem in row.error_detail
+
+
+# -- snooze (item 3) -------------------------------------------------------------------
+
+
+def test_a_snoozing_task_runs_again_without_spending_a_retry(tasks):
+    runs: list[int] = []
+
+    @tasks.registry.task(max_retries=0)
+    def poll(ctx: JobContext, url: str) -> str:
+        runs.append(ctx.attempt)
+        if len(runs) < 3:
+            raise sqlq_orm.Snooze(0, "not ready yet")
+        return "ready"
+
+    job = tasks.enqueue(poll, "https://example.com/export")
+    stats = tasks.drain()
+
+    row = tasks.queue.get_job(job.id)
+    assert (row.status, row.retry_count, stats.snoozed) == ("SUCCEEDED", 0, 2)
+    assert [a.status for a in sorted(row.attempts, key=lambda a: a.attempt)] == [
+        "SNOOZED", "SNOOZED", "SUCCEEDED",
+    ]  # fmt: skip
+    snoozes = [e for e in row.events if e.event == "SNOOZED"]
+    assert len(snoozes) == 2 and "not ready yet" in str(snoozes[0].detail)
+    assert tasks.result(poll, job.id) == "ready"
+
+
+def test_a_snooze_puts_the_job_back_with_its_run_at_pushed_out(tasks):
+    @tasks.registry.task()
+    def later() -> None:
+        raise sqlq_orm.Snooze(3600)
+
+    job = tasks.enqueue(later)
+    before = tasks.queue.get_job(job.id).run_at
+    tasks.drain()
+
+    row = tasks.queue.get_job(job.id)
+    assert (row.status, row.retry_count, row.lease_token) == ("QUEUED", 0, None)
+    assert row.run_at >= before + 3599
+
+
+def test_a_job_that_snoozes_past_the_cap_fails_with_snooze_limit(tasks):
+    tasks.queue.max_snoozes = 2
+
+    @tasks.registry.task(max_retries=5)
+    def forever() -> None:
+        raise sqlq_orm.Snooze(0)
+
+    job = tasks.enqueue(forever)
+    tasks.drain()
+
+    row = tasks.queue.get_job(job.id)
+    assert (row.status, row.error_code) == ("FAILED", "SNOOZE:LIMIT")
+    assert [a.status for a in sorted(row.attempts, key=lambda a: a.attempt)] == [
+        "SNOOZED", "SNOOZED", "FAILED",
+    ]  # fmt: skip
+
+
+def test_a_snooze_with_a_lost_lease_changes_nothing(tasks):
+    job = tasks.queue.enqueue("t")
+    (lease,) = tasks.queue.claim("worker-1", start=True)
+    tasks.queue.cancel(job.id)
+
+    with pytest.raises(sqlq_orm.LeaseLost):
+        tasks.queue.snooze(lease, 10)
+
+    row = tasks.queue.get_job(job.id)
+    assert row.status == "CANCELLED"
+    assert [e.event for e in row.events if e.event == "SNOOZED"] == []
