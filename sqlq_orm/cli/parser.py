@@ -35,6 +35,7 @@ from sqlq_orm.cli.commands import (
 )
 from sqlq_orm.cli.connect import DB_ENV_VAR, DEFAULT_DB_URL
 from sqlq_orm.core import validation
+from sqlq_orm.core.timing import MIN_LEASE_SECONDS
 from sqlq_orm.ops.render.text import printable
 
 INT32_MAX = validation.INT32_MAX
@@ -210,7 +211,11 @@ def build_parser() -> argparse.ArgumentParser:
         "only as many as the threads reach in 0.25 s at the handlers' pace)",
     )
     p.add_argument(
-        "--lease", type=whole_number(1), default=30, metavar="SECONDS", help="lease (default 30)"
+        "--lease",
+        type=whole_number(MIN_LEASE_SECONDS),
+        default=30,
+        metavar="SECONDS",
+        help=f"lease (default 30; at least {MIN_LEASE_SECONDS}: the clock counts whole seconds)",
     )
     p.add_argument("--heartbeat", type=float, metavar="SECONDS", help="default: lease / 3")
     p.add_argument(

@@ -47,7 +47,7 @@ def test_claim_start_heartbeat_succeed_writes_one_attempt_and_four_events(queue,
     state = snapshot(engine, job.id)
     row = state["job"]
     assert lease.payload == {"to": "a@example.com"} and lease.attempt == 1
-    assert expires_at == T0 + 3 + 60
+    assert expires_at == T0 + 3 + 60 + 1  # a truncated "now": one second more, never early
     assert row["status"] == "SUCCEEDED" and row["result_ref"] == "s3://bucket/result.json"
     assert (row["created_at"], row["claimed_at"], row["started_at"], row["heartbeat_at"]) == (
         T0, T0 + 1, T0 + 2, T0 + 3,

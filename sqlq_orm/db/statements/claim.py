@@ -17,7 +17,6 @@ from sqlalchemy import (
     bindparam,
     case,
     func,
-    null,
     or_,
     select,
     union_all,
@@ -166,17 +165,14 @@ class ClaimStatements(HistoryStatements, ConcurrencyStatements):
             "claimed_by": bindparam("p_worker"),
             "claimed_at": now,
             "heartbeat_at": now,
-            "lease_expires_at": now + bindparam("p_lease_seconds"),
+            "lease_expires_at": self.later(bindparam("p_lease_seconds")),
         }
         if start:
             values.update(
                 status=JobStatus.RUNNING.value,
                 started_at=now,
                 attempt_count=j.attempt_count + 1,
-                deadline_at=case(
-                    (j.max_runtime_seconds.is_(None), null()),
-                    else_=now + j.max_runtime_seconds,
-                ),
+                deadline_at=self.deadline_from_now(),
             )
         returned = [
             j.id,

@@ -65,7 +65,10 @@ class LeasesStatements(HistoryStatements, DependencyStatements):
             status_in(j.status, HELD_VALUES),
             or_(j.deadline_at.is_(None), j.deadline_at > now),
         )
-        renewal = {"heartbeat_at": now, "lease_expires_at": now + bindparam("p_lease_seconds")}
+        renewal = {
+            "heartbeat_at": now,
+            "lease_expires_at": self.later(bindparam("p_lease_seconds")),
+        }
         # Waits for a row another transaction holds (heartbeat of one lease: only that
         # job's renewal waits).
         self.heartbeat_batch = self.returning_update(
