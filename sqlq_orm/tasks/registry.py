@@ -27,6 +27,7 @@ from sqlq_orm.core import validation
 from sqlq_orm.errors import InvalidInput, SqlqError
 from sqlq_orm.queue.queue import Queue
 from sqlq_orm.schema.mixins import TYPE_MAX
+from sqlq_orm.tasks.failures import FailurePolicy, exception_classes
 from sqlq_orm.tasks.runner import AsyncTaskRunner, TaskRunner
 from sqlq_orm.tasks.signature import TaskSignature
 from sqlq_orm.tasks.task import KeyOption, Task, TaskOptions
@@ -53,10 +54,17 @@ class TaskDecorator:
     arguments, and an ``async def`` task's result is what it returns when awaited.
     """
 
-    def __init__(self, registry: TaskRegistry, name: str | None, options: TaskOptions) -> None:
+    def __init__(
+        self,
+        registry: TaskRegistry,
+        name: str | None,
+        options: TaskOptions,
+        failures: FailurePolicy | None = None,
+    ) -> None:
         self.registry = registry
         self.name = name
         self.options = options
+        self.failures = failures
 
     @overload
     def __call__(
@@ -73,7 +81,9 @@ class TaskDecorator:
     @overload
     def __call__(self, function: Callable[P, R]) -> Task[P, R]: ...
     def __call__(self, function: Callable[..., Any]) -> Task[Any, Any]:
-        return self.registry.add_task(function, name=self.name, options=self.options)
+        return self.registry.add_task(
+            function, name=self.name, options=self.options, failures=self.failures
+        )
 
 
 class TaskRegistry(HandlerRegistry):
@@ -151,6 +161,8 @@ class TaskRegistry(HandlerRegistry):
         concurrency_limit: int | None = None,
         delay: float | None = None,
         depends_on: Sequence[int] | None = None,
+        retry_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
+        no_retry_on: type[BaseException] | tuple[type[BaseException], ...] = (),
     ) -> TaskDecorator:
         """Decorator: make the function a task, with these options as its defaults.
 
@@ -159,7 +171,10 @@ class TaskRegistry(HandlerRegistry):
         move. ``dedupe_key`` and ``concurrency_key`` are strings or functions of the
         task's arguments. The other options mean what they mean in
         :meth:`Queue.enqueue <sqlq_orm.Queue.enqueue>`; each call can override them
-        with :meth:`Task.options`.
+        with :meth:`Task.options`. ``retry_on`` (only these exceptions are retried)
+        and ``no_retry_on`` (these never are) take exception classes; a plain
+        exception fails the run with an error code named after its class
+        (``EXCEPTION:KEY_ERROR``, see :mod:`sqlq_orm.tasks.failures`).
         """
         options = TaskOptions(
             queue=queue,
@@ -172,10 +187,19 @@ class TaskRegistry(HandlerRegistry):
             delay=delay,
             depends_on=depends_on,
         )
-        return TaskDecorator(self, name, options)
+        failures = FailurePolicy(
+            retry_on=None if retry_on is None else exception_classes(retry_on, "retry_on"),
+            no_retry_on=exception_classes(no_retry_on, "no_retry_on"),
+        )
+        return TaskDecorator(self, name, options, failures)
 
     def add_task(
-        self, function: Callable[..., Any], *, name: str | None, options: TaskOptions
+        self,
+        function: Callable[..., Any],
+        *,
+        name: str | None,
+        options: TaskOptions,
+        failures: FailurePolicy | None = None,
     ) -> Task[Any, Any]:
         """Register ``function`` as a task (what the decorator does); return the task."""
         if not callable(function):
@@ -191,7 +215,7 @@ class TaskRegistry(HandlerRegistry):
                 )
         signature = TaskSignature(function, task_name)
         runner_class = AsyncTaskRunner if is_coroutine_handler(function) else TaskRunner
-        self.register(task_name, runner_class(function, signature))
+        self.register(task_name, runner_class(function, signature, failures))
         task: Task[Any, Any] = Task(
             function, name=task_name, registry=self, options=options, signature=signature
         )

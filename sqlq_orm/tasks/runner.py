@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlq_orm.core.results import JobResult
 from sqlq_orm.errors import JobError
+from sqlq_orm.tasks.failures import FailurePolicy
 from sqlq_orm.tasks.signature import ARGUMENTS_DO_NOT_BIND, ArgumentsDoNotBind, TaskSignature
 from sqlq_orm.worker.handlers import AsyncJobContext, JobContext
 
@@ -22,9 +23,15 @@ from sqlq_orm.worker.handlers import AsyncJobContext, JobContext
 class TaskRunner:
     """The handler of a plain (``def``) task."""
 
-    def __init__(self, function: Callable[..., Any], signature: TaskSignature) -> None:
+    def __init__(
+        self,
+        function: Callable[..., Any],
+        signature: TaskSignature,
+        failures: FailurePolicy | None = None,
+    ) -> None:
         self.function = function
         self.signature = signature
+        self.failures = failures or FailurePolicy()
         first = next(iter(inspect.signature(function).parameters.values()), None)
         self._context_by_keyword = (
             signature.context is not None
@@ -58,8 +65,12 @@ class TaskRunner:
 
     def __call__(self, ctx: JobContext) -> Any:
         args, kwargs = self.arguments(ctx)
+        try:
+            returned = self.function(*args, **kwargs)
+        except Exception as exc:
+            raise self.failures.classify(exc, self.signature.task_name) from exc
         # A returned string is the task's result, not a result_ref (as for a handler).
-        return self.stored(self.function(*args, **kwargs))
+        return self.stored(returned)
 
 
 class AsyncTaskRunner(TaskRunner):
@@ -67,4 +78,8 @@ class AsyncTaskRunner(TaskRunner):
 
     async def __call__(self, ctx: AsyncJobContext) -> Any:  # type: ignore[override]
         args, kwargs = self.arguments(ctx)
-        return self.stored(await self.function(*args, **kwargs))
+        try:
+            returned = await self.function(*args, **kwargs)
+        except Exception as exc:
+            raise self.failures.classify(exc, self.signature.task_name) from exc
+        return self.stored(returned)

@@ -397,3 +397,43 @@ def test_a_snooze_with_a_lost_lease_changes_nothing(tasks):
     row = tasks.queue.get_job(job.id)
     assert row.status == "CANCELLED"
     assert [e.event for e in row.events if e.event == "SNOOZED"] == []
+
+
+# -- per-task retry classification (item 5) ----------------------------------------------
+
+
+class PaymentDeclined(Exception):
+    pass
+
+
+def test_a_plain_exception_fails_the_run_with_a_code_named_after_its_class(tasks):
+    @tasks.registry.task(max_retries=3)
+    def charge(amount: int) -> None:
+        raise PaymentDeclined(f"card refused {amount}")
+
+    job = tasks.enqueue(charge, 12)
+    tasks.drain()
+
+    row = tasks.queue.get_job(job.id)
+    assert (row.status, row.retry_count) == ("QUEUED", 1)  # retried, with backoff
+    assert row.error_code == "EXCEPTION:PAYMENT_DECLINED"
+    assert row.error_detail == "PaymentDeclined: card refused 12"
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"no_retry_on": PaymentDeclined}, {"retry_on": (TimeoutError, ConnectionError)}],
+    ids=["no_retry_on", "retry_on"],
+)
+def test_exceptions_a_task_does_not_retry_fail_it_at_once(tasks, options):
+    @tasks.registry.task(max_retries=3, **options)
+    def charge(amount: int) -> None:
+        raise PaymentDeclined("no")
+
+    job = tasks.enqueue(charge, 12)
+    tasks.drain()
+
+    row = tasks.queue.get_job(job.id)
+    assert (row.status, row.retry_count, row.error_code) == (
+        "FAILED", 0, "EXCEPTION:PAYMENT_DECLINED",
+    )  # fmt: skip
