@@ -28,6 +28,7 @@ from sqlq_orm.errors import InvalidInput, SqlqError
 from sqlq_orm.queue.queue import Queue
 from sqlq_orm.schema.mixins import TYPE_MAX
 from sqlq_orm.tasks.failures import FailurePolicy, exception_classes
+from sqlq_orm.tasks.middleware import TaskMiddleware
 from sqlq_orm.tasks.runner import AsyncTaskRunner, TaskRunner
 from sqlq_orm.tasks.signature import TaskSignature
 from sqlq_orm.tasks.task import KeyOption, Task, TaskOptions
@@ -104,6 +105,7 @@ class TaskRegistry(HandlerRegistry):
         self._queue: Queue | None = None
         self._async_queue: AsyncQueue | None = None
         self._tasks: dict[str, Task[Any, Any]] = {}
+        self._middlewares: list[TaskMiddleware] = []
         if queue is not None:
             self.bind(queue)
 
@@ -142,6 +144,19 @@ class TaskRegistry(HandlerRegistry):
                 "TaskRegistry(async_queue) or call registry.bind(async_queue) first"
             )
         return self._async_queue
+
+    def add_middleware(self, middleware: TaskMiddleware) -> TaskMiddleware:
+        """Run ``middleware`` around every enqueue and every run of this registry's
+        tasks (see :mod:`sqlq_orm.tasks.middleware`); the first added is outermost."""
+        if not isinstance(middleware, TaskMiddleware):
+            raise InvalidInput(f"a middleware must be a TaskMiddleware, got {middleware!r}")
+        self._middlewares.append(middleware)
+        return middleware
+
+    @property
+    def middlewares(self) -> list[TaskMiddleware]:
+        """The middlewares, outermost first (the live list the tasks read)."""
+        return self._middlewares
 
     @property
     def tasks(self) -> dict[str, Task[Any, Any]]:
@@ -215,10 +230,12 @@ class TaskRegistry(HandlerRegistry):
                 )
         signature = TaskSignature(function, task_name)
         runner_class = AsyncTaskRunner if is_coroutine_handler(function) else TaskRunner
-        self.register(task_name, runner_class(function, signature, failures))
+        runner = runner_class(function, signature, failures, self._middlewares)
+        self.register(task_name, runner)
         task: Task[Any, Any] = Task(
             function, name=task_name, registry=self, options=options, signature=signature
         )
+        runner.task = task
         self._tasks[task_name] = task
         return task
 
