@@ -286,17 +286,32 @@ def retry(db: str | None, job_id: int, models: str | None = None) -> int:
     return 0
 
 
-def check(db: str | None, output: str = "text", models: str | None = None) -> int:
-    """Check every queue invariant (read-only); exit 1 if any row breaks one."""
+def check(
+    db: str | None, output: str = "text", models: str | None = None, handlers: str | None = None
+) -> int:
+    """Check every queue invariant (read-only); exit 1 if any row breaks one. With
+    ``--handlers``, also the unfinished jobs that registry cannot run as stored."""
     from sqlq_orm.ops.invariants import INVARIANTS
     from sqlq_orm.ops.invariants import check as find_violations
+    from sqlq_orm.tasks.drift import find_drift
+    from sqlq_orm.worker.handlers import load_registry
 
-    violations = find_violations(open_queue(db, models=models, refuse_newer_schema=False))
+    registry = None if handlers is None else load_registry(handlers)
+    queue = open_queue(db, models=models, refuse_newer_schema=False)
+    violations = find_violations(queue)
+    drift = [] if registry is None else find_drift(queue, registry)
     if output == "json":
         found = [
             {"invariant": v.invariant, "job_id": v.job_id, "detail": v.detail} for v in violations
         ]
-        print(json.dumps({"ok": not violations, "violations": found}, indent=2))
+        report: dict[str, Any] = {"ok": not violations and not drift, "violations": found}
+        if registry is not None:
+            report["drift"] = [
+                {"type": d.type, "count": d.count, "problem": d.problem,
+                 "examples": [{"job_id": i, "why": why} for i, why in d.examples]}
+                for d in drift
+            ]  # fmt: skip
+        print(json.dumps(report, indent=2))
     else:
         for violation in violations:
             print(printable(str(violation)))
@@ -304,7 +319,16 @@ def check(db: str | None, output: str = "text", models: str | None = None) -> in
             print(f"{len(violations)} violation(s) of the queue's invariants")
         else:
             print(f"ok: all {len(INVARIANTS)} invariants hold")
-    return 1 if violations else 0
+        for item in drift:
+            print(printable(str(item)))
+        if registry is not None:
+            stuck = sum(d.count for d in drift)
+            print(
+                f"{stuck} unfinished job(s) the handlers cannot run as stored"
+                if drift
+                else f"ok: every unfinished job fits {handlers}"
+            )
+    return 1 if violations or drift else 0
 
 
 def schedules(

@@ -279,6 +279,11 @@ def build_parser() -> argparse.ArgumentParser:
             add_output(p)
 
     p = add("check", check)
+    p.add_argument(
+        "--handlers", metavar="MODULE:REGISTRY",
+        help="also list unfinished jobs this registry cannot run as stored: types with no "
+        "handler or task, and task jobs whose arguments no longer bind to its signature",
+    )  # fmt: skip
     add_output(p)
 
     p = add("schedules", schedules)

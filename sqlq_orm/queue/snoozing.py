@@ -64,7 +64,11 @@ class Snoozing(LeaseCalls):
                         "p_detail": detail,
                     },
                 )
-            note: dict[str, object] = {"attempt": lease.attempt, "delay": delay, "snoozes": snoozed + 1}
+            note: dict[str, object] = {
+                "attempt": lease.attempt,
+                "delay": delay,
+                "snoozes": snoozed + 1,
+            }
             if detail:
                 note["reason"] = detail
             self._write_events(

@@ -27,6 +27,8 @@ from sqlq_orm.core import validation
 from sqlq_orm.errors import InvalidInput, SqlqError
 from sqlq_orm.queue.queue import Queue
 from sqlq_orm.schema.mixins import TYPE_MAX
+from sqlq_orm.tasks.failures import FailurePolicy, exception_classes
+from sqlq_orm.tasks.middleware import TaskMiddleware
 from sqlq_orm.tasks.runner import AsyncTaskRunner, TaskRunner
 from sqlq_orm.tasks.signature import TaskSignature
 from sqlq_orm.tasks.task import KeyOption, Task, TaskOptions
@@ -53,10 +55,17 @@ class TaskDecorator:
     arguments, and an ``async def`` task's result is what it returns when awaited.
     """
 
-    def __init__(self, registry: TaskRegistry, name: str | None, options: TaskOptions) -> None:
+    def __init__(
+        self,
+        registry: TaskRegistry,
+        name: str | None,
+        options: TaskOptions,
+        failures: FailurePolicy | None = None,
+    ) -> None:
         self.registry = registry
         self.name = name
         self.options = options
+        self.failures = failures
 
     @overload
     def __call__(
@@ -73,7 +82,9 @@ class TaskDecorator:
     @overload
     def __call__(self, function: Callable[P, R]) -> Task[P, R]: ...
     def __call__(self, function: Callable[..., Any]) -> Task[Any, Any]:
-        return self.registry.add_task(function, name=self.name, options=self.options)
+        return self.registry.add_task(
+            function, name=self.name, options=self.options, failures=self.failures
+        )
 
 
 class TaskRegistry(HandlerRegistry):
@@ -94,6 +105,7 @@ class TaskRegistry(HandlerRegistry):
         self._queue: Queue | None = None
         self._async_queue: AsyncQueue | None = None
         self._tasks: dict[str, Task[Any, Any]] = {}
+        self._middlewares: list[TaskMiddleware] = []
         if queue is not None:
             self.bind(queue)
 
@@ -133,6 +145,19 @@ class TaskRegistry(HandlerRegistry):
             )
         return self._async_queue
 
+    def add_middleware(self, middleware: TaskMiddleware) -> TaskMiddleware:
+        """Run ``middleware`` around every enqueue and every run of this registry's
+        tasks (see :mod:`sqlq_orm.tasks.middleware`); the first added is outermost."""
+        if not isinstance(middleware, TaskMiddleware):
+            raise InvalidInput(f"a middleware must be a TaskMiddleware, got {middleware!r}")
+        self._middlewares.append(middleware)
+        return middleware
+
+    @property
+    def middlewares(self) -> list[TaskMiddleware]:
+        """The middlewares, outermost first (the live list the tasks read)."""
+        return self._middlewares
+
     @property
     def tasks(self) -> dict[str, Task[Any, Any]]:
         """Every task, by its type name."""
@@ -151,6 +176,8 @@ class TaskRegistry(HandlerRegistry):
         concurrency_limit: int | None = None,
         delay: float | None = None,
         depends_on: Sequence[int] | None = None,
+        retry_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
+        no_retry_on: type[BaseException] | tuple[type[BaseException], ...] = (),
     ) -> TaskDecorator:
         """Decorator: make the function a task, with these options as its defaults.
 
@@ -159,7 +186,10 @@ class TaskRegistry(HandlerRegistry):
         move. ``dedupe_key`` and ``concurrency_key`` are strings or functions of the
         task's arguments. The other options mean what they mean in
         :meth:`Queue.enqueue <sqlq_orm.Queue.enqueue>`; each call can override them
-        with :meth:`Task.options`.
+        with :meth:`Task.options`. ``retry_on`` (only these exceptions are retried)
+        and ``no_retry_on`` (these never are) take exception classes; a plain
+        exception fails the run with an error code named after its class
+        (``EXCEPTION:KEY_ERROR``, see :mod:`sqlq_orm.tasks.failures`).
         """
         options = TaskOptions(
             queue=queue,
@@ -172,10 +202,19 @@ class TaskRegistry(HandlerRegistry):
             delay=delay,
             depends_on=depends_on,
         )
-        return TaskDecorator(self, name, options)
+        failures = FailurePolicy(
+            retry_on=None if retry_on is None else exception_classes(retry_on, "retry_on"),
+            no_retry_on=exception_classes(no_retry_on, "no_retry_on"),
+        )
+        return TaskDecorator(self, name, options, failures)
 
     def add_task(
-        self, function: Callable[..., Any], *, name: str | None, options: TaskOptions
+        self,
+        function: Callable[..., Any],
+        *,
+        name: str | None,
+        options: TaskOptions,
+        failures: FailurePolicy | None = None,
     ) -> Task[Any, Any]:
         """Register ``function`` as a task (what the decorator does); return the task."""
         if not callable(function):
@@ -191,10 +230,12 @@ class TaskRegistry(HandlerRegistry):
                 )
         signature = TaskSignature(function, task_name)
         runner_class = AsyncTaskRunner if is_coroutine_handler(function) else TaskRunner
-        self.register(task_name, runner_class(function, signature))
+        runner = runner_class(function, signature, failures, self._middlewares)
+        self.register(task_name, runner)
         task: Task[Any, Any] = Task(
             function, name=task_name, registry=self, options=options, signature=signature
         )
+        runner.task = task
         self._tasks[task_name] = task
         return task
 

@@ -10,21 +10,35 @@ once, not retried, with :data:`~sqlq_orm.tasks.signature.ARGUMENTS_DO_NOT_BIND`.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from sqlq_orm.core.results import JobResult
 from sqlq_orm.errors import JobError
+from sqlq_orm.tasks.failures import FailurePolicy
+from sqlq_orm.tasks.middleware import TaskMiddleware, through_run, through_run_async
 from sqlq_orm.tasks.signature import ARGUMENTS_DO_NOT_BIND, ArgumentsDoNotBind, TaskSignature
 from sqlq_orm.worker.handlers import AsyncJobContext, JobContext
+
+if TYPE_CHECKING:
+    from sqlq_orm.tasks.task import Task
 
 
 class TaskRunner:
     """The handler of a plain (``def``) task."""
 
-    def __init__(self, function: Callable[..., Any], signature: TaskSignature) -> None:
+    def __init__(
+        self,
+        function: Callable[..., Any],
+        signature: TaskSignature,
+        failures: FailurePolicy | None = None,
+        middlewares: Sequence[TaskMiddleware] = (),
+    ) -> None:
         self.function = function
         self.signature = signature
+        self.failures = failures or FailurePolicy()
+        self.middlewares = middlewares  # the registry's list: later additions count
+        self.task: Task[Any, Any] | None = None  # set once the Task exists
         first = next(iter(inspect.signature(function).parameters.values()), None)
         self._context_by_keyword = (
             signature.context is not None
@@ -58,8 +72,17 @@ class TaskRunner:
 
     def __call__(self, ctx: JobContext) -> Any:
         args, kwargs = self.arguments(ctx)
+        try:
+            if self.middlewares and self.task is not None:
+                returned = through_run(
+                    self.middlewares, self.task, ctx, lambda: self.function(*args, **kwargs)
+                )
+            else:
+                returned = self.function(*args, **kwargs)
+        except Exception as exc:
+            raise self.failures.classify(exc, self.signature.task_name) from exc
         # A returned string is the task's result, not a result_ref (as for a handler).
-        return self.stored(self.function(*args, **kwargs))
+        return self.stored(returned)
 
 
 class AsyncTaskRunner(TaskRunner):
@@ -67,4 +90,13 @@ class AsyncTaskRunner(TaskRunner):
 
     async def __call__(self, ctx: AsyncJobContext) -> Any:  # type: ignore[override]
         args, kwargs = self.arguments(ctx)
-        return self.stored(await self.function(*args, **kwargs))
+        try:
+            if self.middlewares and self.task is not None:
+                returned = await through_run_async(
+                    self.middlewares, self.task, ctx, lambda: self.function(*args, **kwargs)
+                )
+            else:
+                returned = await self.function(*args, **kwargs)
+        except Exception as exc:
+            raise self.failures.classify(exc, self.signature.task_name) from exc
+        return self.stored(returned)

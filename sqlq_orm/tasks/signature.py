@@ -23,6 +23,10 @@ from sqlq_orm.errors import InvalidInput
 from sqlq_orm.tasks.codec import Converter, converter_for, json_problem
 from sqlq_orm.worker.handlers import JobContext
 
+META_KEY = "__sqlq__"
+"""The payload key reserved for what travels with a job beside its arguments (a trace
+context, see :mod:`sqlq_orm.tasks.tracing`); never passed to the function."""
+
 ARGUMENTS_DO_NOT_BIND = "INVALID_INPUT:ARGUMENTS_DO_NOT_BIND"
 """The error code of a job whose stored arguments do not fit its task's signature."""
 
@@ -55,6 +59,8 @@ class TaskSignature:
             self.context = parameters[0].name
             parameters = parameters[1:]
         for parameter in parameters:
+            if parameter.name == META_KEY:
+                raise InvalidInput(f"task {task_name!r}: the parameter name {META_KEY} is reserved")
             if _is_context(hints.get(parameter.name)):
                 raise InvalidInput(
                     f"task {task_name!r}: the JobContext parameter {parameter.name!r} must "
@@ -123,7 +129,7 @@ class TaskSignature:
                 f"task {self.task_name!r} takes its arguments as a JSON object by parameter "
                 f"name; the job's payload is a {type(payload).__name__}"
             )
-        unknown = [name for name in payload if name not in self.parameters]
+        unknown = [name for name in payload if name not in self.parameters and name != META_KEY]
         if unknown:
             raise ArgumentsDoNotBind(
                 f"task {self.task_name!r} has no parameter {', '.join(map(repr, unknown))} "

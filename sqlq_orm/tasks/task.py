@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, ca
 from sqlq_orm.errors import InvalidInput
 from sqlq_orm.queue.queue import Queue
 from sqlq_orm.queue.types import EnqueuedJob, JobSpec
+from sqlq_orm.tasks.middleware import TaskMiddleware, through_enqueue
 from sqlq_orm.tasks.signature import TaskSignature
 
 if TYPE_CHECKING:
@@ -38,6 +39,9 @@ class TaskQueues(Protocol):
 
     @property
     def async_queue(self) -> AsyncQueue: ...
+
+    @property
+    def middlewares(self) -> Sequence[TaskMiddleware]: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,7 +191,18 @@ class Task(Generic[P, R]):
         """
         spec = self.spec(*args, **kwargs)
         queue = self.registry.queue
-        return queue.enqueue(spec.type, spec.payload, **self._enqueue_arguments(spec))
+        middlewares = self.registry.middlewares
+        if not middlewares:
+            return queue.enqueue(spec.type, spec.payload, **self._enqueue_arguments(spec))
+        return cast(
+            EnqueuedJob,
+            through_enqueue(
+                middlewares,
+                self,
+                spec,
+                lambda s: queue.enqueue(s.type, s.payload, **self._enqueue_arguments(s)),
+            ),
+        )
 
     def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, EnqueuedJob]:
         """:meth:`enqueue` on the registry's :class:`~sqlq_orm.AsyncQueue`, awaited.
@@ -196,7 +211,18 @@ class Task(Generic[P, R]):
         """
         spec = self.spec(*args, **kwargs)
         queue = self.registry.async_queue
-        return queue.enqueue(spec.type, spec.payload, **self._enqueue_arguments(spec))
+        middlewares = self.registry.middlewares
+        if not middlewares:
+            return queue.enqueue(spec.type, spec.payload, **self._enqueue_arguments(spec))
+        return cast(
+            Coroutine[Any, Any, EnqueuedJob],
+            through_enqueue(
+                middlewares,
+                self,
+                spec,
+                lambda s: queue.enqueue(s.type, s.payload, **self._enqueue_arguments(s)),
+            ),
+        )
 
     def specs(self, arguments: Iterable[Mapping[str, Any]]) -> list[JobSpec]:
         """One :class:`~sqlq_orm.JobSpec` per mapping of keyword arguments."""
@@ -208,9 +234,12 @@ class Task(Generic[P, R]):
                     f"keyword arguments, got {type(call).__name__}"
                 )
             try:
-                specs.append(self._spec((), call))
+                spec = self._spec((), call)
             except InvalidInput as exc:
                 raise InvalidInput(f"call #{index}: {exc}") from None
+            if self.registry.middlewares:  # proceed returns the spec: one write follows
+                spec = through_enqueue(self.registry.middlewares, self, spec, lambda s: s)
+            specs.append(spec)
         return specs
 
     def enqueue_many(self, arguments: Iterable[Mapping[str, Any]]) -> list[EnqueuedJob]:

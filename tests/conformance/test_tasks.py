@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 import sqlq_orm
+import sqlq_orm.tasks
 from sqlq_orm import AsyncJobContext, InvalidInput, JobContext, TaskRegistry
 from sqlq_orm.tasks import ARGUMENTS_DO_NOT_BIND
 from tests.support.aio_bridge import FLAVOURS, LoopThread, async_url
@@ -397,3 +398,105 @@ def test_a_snooze_with_a_lost_lease_changes_nothing(tasks):
     row = tasks.queue.get_job(job.id)
     assert row.status == "CANCELLED"
     assert [e.event for e in row.events if e.event == "SNOOZED"] == []
+
+
+# -- per-task retry classification (item 5) ----------------------------------------------
+
+
+class PaymentDeclined(Exception):
+    pass
+
+
+def test_a_plain_exception_fails_the_run_with_a_code_named_after_its_class(tasks):
+    @tasks.registry.task(max_retries=3)
+    def charge(amount: int) -> None:
+        raise PaymentDeclined(f"card refused {amount}")
+
+    job = tasks.enqueue(charge, 12)
+    tasks.drain()
+
+    row = tasks.queue.get_job(job.id)
+    assert (row.status, row.retry_count) == ("QUEUED", 1)  # retried, with backoff
+    assert row.error_code == "EXCEPTION:PAYMENT_DECLINED"
+    assert row.error_detail == "PaymentDeclined: card refused 12"
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"no_retry_on": PaymentDeclined}, {"retry_on": (TimeoutError, ConnectionError)}],
+    ids=["no_retry_on", "retry_on"],
+)
+def test_exceptions_a_task_does_not_retry_fail_it_at_once(tasks, options):
+    @tasks.registry.task(max_retries=3, **options)
+    def charge(amount: int) -> None:
+        raise PaymentDeclined("no")
+
+    job = tasks.enqueue(charge, 12)
+    tasks.drain()
+
+    row = tasks.queue.get_job(job.id)
+    assert (row.status, row.retry_count, row.error_code) == (
+        "FAILED", 0, "EXCEPTION:PAYMENT_DECLINED",
+    )  # fmt: skip
+
+
+# -- middleware (item 6) -----------------------------------------------------------------
+
+
+class Recorder(sqlq_orm.tasks.TaskMiddleware):
+    def __init__(self, label: str, seen: list[str]) -> None:
+        self.label = label
+        self.seen = seen
+
+    def around_enqueue(self, task, spec, proceed):
+        self.seen.append(f"{self.label} enqueue {spec.payload}")
+        return proceed(dataclasses.replace(spec, priority=spec.priority + 1))
+
+    def around_run(self, task, ctx, proceed):
+        self.seen.append(f"{self.label} run {ctx.job_id} in")
+        try:
+            return proceed()
+        except Exception as exc:
+            self.seen.append(f"{self.label} saw {type(exc).__name__}")
+            raise
+        finally:
+            self.seen.append(f"{self.label} run {ctx.job_id} out")
+
+    async def around_run_async(self, task, ctx, proceed):
+        self.seen.append(f"{self.label} async {task.name.rsplit('.', 1)[-1]}")
+        return await proceed()
+
+
+def test_middleware_wraps_every_enqueue_and_run_first_added_outermost(tasks):
+    seen: list[str] = []
+    tasks.registry.add_middleware(Recorder("outer", seen))
+    tasks.registry.add_middleware(Recorder("inner", seen))
+
+    @tasks.registry.task(max_retries=0)
+    def fragile(n: int) -> int:
+        seen.append(f"called {n}")
+        if n < 0:
+            raise ValueError("negative")
+        return n
+
+    @tasks.registry.task()
+    async def gentle(n: int) -> None:
+        seen.append(f"awaited {n}")
+
+    good = tasks.enqueue(fragile, 1)
+    assert seen == ["outer enqueue {'n': 1}", "inner enqueue {'n': 1}"]
+    assert tasks.queue.get_job(good.id).priority == 2  # each middleware changed the spec
+    tasks.drain()
+    assert seen[2:] == [
+        f"outer run {good.id} in", f"inner run {good.id} in", "called 1",
+        f"inner run {good.id} out", f"outer run {good.id} out",
+    ]  # fmt: skip
+
+    del seen[:]
+    bad = tasks.enqueue(fragile, -1)
+    tasks.enqueue(gentle, 5)
+    tasks.drain()
+    assert "inner saw ValueError" in seen and "outer saw ValueError" in seen
+    assert tasks.queue.get_job(bad.id).error_code == "EXCEPTION:VALUE_ERROR"
+    first = seen.index("outer async gentle")
+    assert seen[first : first + 3] == ["outer async gentle", "inner async gentle", "awaited 5"]

@@ -17,6 +17,7 @@ import pytest
 
 from sqlq_orm import AsyncJobContext, InvalidInput, JobContext, JobError, TaskRegistry
 from sqlq_orm.tasks import ARGUMENTS_DO_NOT_BIND, ArgumentsDoNotBind, TaskSignature
+from sqlq_orm.tasks.failures import FailurePolicy, error_code_of
 from sqlq_orm.tasks.registry import default_task_name
 
 
@@ -254,3 +255,24 @@ def test_key_functions_get_the_task_arguments():
     assert (spec.dedupe_key, spec.concurrency_key) == ("welcome-a@example.com", "smtp")
     assert (spec.priority, spec.queue, spec.type) == (4, "mail", send.name)
     assert send.spec("b").priority == 0  # options() made a copy
+
+
+@pytest.mark.parametrize(
+    "exc, code",
+    [
+        (KeyError("k"), "EXCEPTION:KEY_ERROR"),
+        (type("HTTPError", (Exception,), {})(), "EXCEPTION:HTTP_ERROR"),
+        (type("_9lives", (Exception,), {})(), "EXCEPTION:E_9LIVES"),
+        (type("X" * 200, (Exception,), {})(), "EXCEPTION:" + "X" * 90),
+    ],
+)
+def test_an_exceptions_error_code_is_its_class_name(exc, code):
+    assert error_code_of(exc) == code
+
+
+def test_retry_on_and_no_retry_on_decide_what_is_retried():
+    policy = FailurePolicy(retry_on=(OSError,), no_retry_on=(FileNotFoundError,))
+    assert policy.retryable(OSError()) and not policy.retryable(FileNotFoundError())
+    assert not policy.retryable(ValueError())
+    with pytest.raises(InvalidInput, match="retry_on takes exception classes"):
+        TaskRegistry().task(retry_on="ValueError")  # type: ignore[arg-type]

@@ -1,0 +1,57 @@
+"""The deploy check (issue 24, item 7) on every backend: unfinished jobs whose type no
+task or handler knows, and task jobs whose stored arguments no longer bind, listed per
+type with counts, before they fail one by one on the workers; finished jobs are not."""
+
+from __future__ import annotations
+
+import json
+
+import sqlq_orm
+from sqlq_orm.tasks.drift import find_drift
+from tests.acceptance.test_cli import sqlq
+from tests.support.tasks_for_tests import registry, send_email
+
+
+def seed(queue: sqlq_orm.Queue) -> dict[str, int]:
+    return {
+        "fits": queue.enqueue(send_email.name, {"to": "a", "subject": "s"}).id,
+        "stale": queue.enqueue(send_email.name, {"to": "b"}).id,  # from before subject
+        "renamed": queue.enqueue(send_email.name, {"to": "c", "subject": "s", "cc": "d"}).id,
+        "unknown": queue.enqueue("mail.send_old", {"to": "e"}).id,
+        "plain": queue.enqueue("plain", ["anything"]).id,
+    }
+
+
+def test_drift_lists_jobs_the_registry_cannot_run_as_stored(engine):
+    queue = sqlq_orm.Queue(engine)
+    ids = seed(queue)
+    finished = queue.enqueue("gone_and_done")
+    queue.cancel(finished.id)  # finished jobs never run again: not drift
+
+    drift = {d.type: d for d in find_drift(queue, registry)}
+
+    assert set(drift) == {"mail.send", "mail.send_old"}
+    assert drift["mail.send_old"].count == 1 and "no handler" in drift["mail.send_old"].problem
+    stale = drift["mail.send"]
+    assert stale.count == 2
+    assert [job_id for job_id, _ in stale.examples] == [ids["stale"], ids["renamed"]]
+    assert "missing a required argument: 'subject'" in stale.examples[0][1]
+    assert "no parameter 'cc'" in stale.examples[1][1]
+
+
+def test_sqlq_check_handlers_reports_drift_and_exits_1(db_url):
+    assert sqlq("--db", db_url, "migrate").returncode == 0
+    engine = sqlq_orm.create_engine(db_url)
+    seed(sqlq_orm.Queue(engine))
+    engine.dispose()
+    handlers = "tests.support.tasks_for_tests:registry"
+
+    text = sqlq("--db", db_url, "check", "--handlers", handlers)
+    as_json = sqlq("--db", db_url, "check", "--handlers", handlers, "--json")
+
+    assert text.returncode == 1, text.stderr
+    assert "mail.send: 2 unfinished job(s): stored arguments do not bind" in text.stdout
+    assert "3 unfinished job(s) the handlers cannot run as stored" in text.stdout
+    report = json.loads(as_json.stdout)
+    assert report["ok"] is False
+    assert {d["type"]: d["count"] for d in report["drift"]} == {"mail.send": 2, "mail.send_old": 1}

@@ -1,0 +1,17 @@
+"""A task registry for tests that load one by name (``sqlq check --handlers``)."""
+
+from __future__ import annotations
+
+from sqlq_orm import TaskRegistry
+
+registry = TaskRegistry()
+
+
+@registry.task(name="mail.send")
+def send_email(to: str, subject: str) -> None:
+    """``subject`` is new: jobs stored without it no longer bind."""
+
+
+@registry.handler("plain")
+def plain(ctx: object) -> None:
+    pass
