@@ -28,6 +28,9 @@ from sqlq_orm.ops.render.text import STATUS_ORDER
 from sqlq_orm.ops.timeline import job_timeline
 from sqlq_orm.queue.queue import Queue
 
+OVERDUE_AFTER_SECONDS = 60
+"""A schedule slot this long past is shown as overdue (nothing ticked it), not just due."""
+
 FILTER_PARAMS = ("status", "queue", "type", "error_code", "id", "dedupe_key")
 
 
@@ -178,7 +181,13 @@ class Pages:
         schedules, now = await run_in_threadpool(
             lambda: (self.queue.list_schedules(), self.queue.context.read_now())
         )
-        return self.render.page(request, "schedules.html", schedules=schedules, now=now)
+        return self.render.page(
+            request,
+            "schedules.html",
+            schedules=schedules,
+            now=now,
+            overdue_after=OVERDUE_AFTER_SECONDS,
+        )
 
     async def dependencies(self, request: Request) -> Response:
         """The WAITING jobs, oldest first, each with the parents it waits on."""

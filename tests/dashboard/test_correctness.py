@@ -5,6 +5,7 @@ where nothing can match."""
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 
 import pytest
@@ -136,3 +137,54 @@ def test_bulk_counts_are_exact_past_a_thousand_and_the_cap_is_stated(
     assert page.locator("#outcome").inner_text() == "234 jobs cancelled."
     counts = queue.counts_by_status()
     assert counts["CANCELLED"] == 1_234 and counts["QUEUED"] == 0
+
+
+@pytest.mark.browser
+def test_the_overview_tells_waiting_on_parents_from_queue_latency(serve, page, queue, clock):
+    parent = queue.enqueue("fetch").id
+    queue.enqueue("report", depends_on=[parent])
+    clock.advance(90)
+    page.goto(serve().url + "/")
+    cards = page.locator(".cards").inner_text()
+    assert "1 waiting on parents" in " ".join(cards.split())
+    assert "1m 30s oldest ready job has waited (queue latency)" in " ".join(cards.split())
+    assert page.locator("h2", has_text="Queue latency").count() == 1
+    assert "oldest waiting" not in page.content()
+
+
+@pytest.mark.browser
+def test_a_requeued_job_shows_no_claim_of_a_past_attempt_and_event_times_are_times(
+    serve, page, queue, clock
+):
+    job = queue.enqueue("flaky", max_retries=2).id
+    [lease] = queue.claim("w-1", start=True)
+    queue.heartbeat(lease)
+    queue.fail(lease, "TIMEOUT:UPSTREAM", "slow upstream")  # retry scheduled: QUEUED
+    served = serve()
+    page.goto(served.url + f"/jobs/{job}")
+    assert page.locator("#job-status").inner_text() == "QUEUED"
+    fields = page.locator("table.fields").inner_text()
+    for stale in ("claimed", "heartbeat", "lease expires", "worker"):
+        assert stale not in fields.split(), (stale, fields)
+    assert "w-1" in page.locator("#attempts").inner_text()  # the attempt says who ran it
+    scheduled = page.locator("#events li", has_text="RETRY_SCHEDULED").inner_text()
+    assert re.search(r'"run_at": "\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ"', scheduled), scheduled
+    # The control: while it is held, the claim is shown.
+    clock.advance(3600)  # past the backoff
+    [lease] = queue.claim("w-2", start=True)
+    page.goto(served.url + f"/jobs/{job}")
+    assert "by w-2" in page.locator("table.fields").inner_text()
+
+
+@pytest.mark.browser
+def test_an_unset_app_column_reads_not_set(serve, page, engine):
+    import sqlq_orm
+    from sqlq_orm.dashboard import create_app
+    from tests.acceptance.test_host_app import RENAMED
+
+    RENAMED.base.metadata.create_all(engine)
+    queue = sqlq_orm.Queue(engine, models=RENAMED.models)
+    job = queue.enqueue("send_invoice", {"invoice": 12}).id
+    page.goto(serve(app=create_app(engine, models=RENAMED.models)).url + f"/jobs/{job}")
+    cell = page.locator("tr.app-column", has_text="tenant_id").locator("td")
+    assert cell.inner_text() == "not set"
