@@ -129,6 +129,7 @@ def create_app(
             Route("/dependencies", pages.dependencies, name="dependencies"),
             Route("/metrics", metrics, name="metrics"),
             Route("/actions/{action}", actions.confirm, methods=["GET"], name="confirm"),
+            Route("/actions/{action}/done", actions.done, methods=["GET"], name="done"),
             Route("/actions/{action}", actions.perform, methods=["POST"], name="perform"),
             Mount("/static", StaticFiles(packages=[("sqlq_orm.dashboard", "static")])),
         ]

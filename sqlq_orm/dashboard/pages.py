@@ -16,8 +16,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
+from sqlq_orm.core.validation import MAX_JOB_ID
 from sqlq_orm.dashboard.charts import Series, stacked_bars
 from sqlq_orm.dashboard.rendering import Renderer
+from sqlq_orm.dashboard.verbs import ACTIONS
 from sqlq_orm.errors import InvalidInput, JobNotFound
 from sqlq_orm.ops.dependencies import waiting_jobs
 from sqlq_orm.ops.history import History, finished_history
@@ -25,7 +27,9 @@ from sqlq_orm.ops.joblist import JobFilter, list_jobs
 from sqlq_orm.ops.render.text import STATUS_ORDER
 from sqlq_orm.ops.timeline import job_timeline
 from sqlq_orm.queue.queue import Queue
-from sqlq_orm.schema.states import TERMINAL, JobStatus
+
+OVERDUE_AFTER_SECONDS = 60
+"""A schedule slot this long past is shown as overdue (nothing ticked it), not just due."""
 
 FILTER_PARAMS = ("status", "queue", "type", "error_code", "id", "dedupe_key")
 
@@ -43,6 +47,14 @@ def parse_int(name: str, text: str | None) -> int | None:
     return value
 
 
+def parse_job_id(name: str, text: str | None) -> int | None:
+    """A job id query or form field (blank means absent): 1 to 2**63 - 1."""
+    value = parse_int(name, text)
+    if value is not None and value > MAX_JOB_ID:
+        raise InvalidInput(f"{name} must be a job id from 1 to {MAX_JOB_ID}, got {value}")
+    return value
+
+
 def parse_filter(params: Mapping[str, str]) -> JobFilter:
     """The jobs filter from query or form fields; blank fields are ignored."""
 
@@ -55,7 +67,7 @@ def parse_filter(params: Mapping[str, str]) -> JobFilter:
         queue=text("queue"),
         type=text("type"),
         error_code=text("error_code"),
-        job_id=parse_int("id", params.get("id")),
+        job_id=parse_job_id("id", params.get("id")),
         dedupe_key=text("dedupe_key"),
     )
 
@@ -120,7 +132,7 @@ class Pages:
     async def jobs(self, request: Request) -> Response:
         try:
             job_filter = parse_filter(request.query_params)
-            before = parse_int("before", request.query_params.get("before"))
+            before = parse_job_id("before", request.query_params.get("before"))
             page = await run_in_threadpool(list_jobs, self.queue, job_filter, before=before)
         except InvalidInput as error:
             return self._bad_request(request, error)
@@ -132,6 +144,8 @@ class Pages:
             params=filter_params(job_filter),
             statuses=STATUS_ORDER,
             before=before,
+            # A bulk action is offered only where the filter leaves it something to do.
+            bulk_actions=[a for a in ACTIONS.values() if a.statuses_for(job_filter)],
         )
 
     async def job(self, request: Request) -> Response:
@@ -146,13 +160,13 @@ class Pages:
                 refresh=False,
                 message=f"there is no job with id {job_id}",
             )
-        status = JobStatus(timeline.job.status)
+        status = timeline.job.status
         return self.render.page(
             request,
             "job.html",
             t=timeline,
-            can_retry=status in (JobStatus.FAILED, JobStatus.CANCELLED),
-            can_cancel=status not in TERMINAL,
+            can_retry=status in ACTIONS["retry"].applies_to,
+            can_cancel=status in ACTIONS["cancel"].applies_to,
         )
 
     async def workers(self, request: Request) -> Response:
@@ -167,7 +181,13 @@ class Pages:
         schedules, now = await run_in_threadpool(
             lambda: (self.queue.list_schedules(), self.queue.context.read_now())
         )
-        return self.render.page(request, "schedules.html", schedules=schedules, now=now)
+        return self.render.page(
+            request,
+            "schedules.html",
+            schedules=schedules,
+            now=now,
+            overdue_after=OVERDUE_AFTER_SECONDS,
+        )
 
     async def dependencies(self, request: Request) -> Response:
         """The WAITING jobs, oldest first, each with the parents it waits on."""

@@ -15,6 +15,7 @@ selection) applies to, capped at :data:`MAX_SELECTION`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,6 +157,10 @@ class JobListQueries:
         j = self.tables.jobs.c
         return select(j.id).where(*where).order_by(j.id.desc()).limit(limit)
 
+    def count(self, where: list[ColumnElement[bool]]) -> Select[Any]:
+        """How many jobs match (a bulk action's confirmation shows the real number)."""
+        return select(func.count()).select_from(self.tables.jobs).where(*where)
+
 
 def _summary(row: Any) -> JobSummary:
     return JobSummary(**dict(row._mapping))
@@ -218,15 +223,35 @@ def matching_ids(
     job_filter: JobFilter,
     *,
     limit: int = MAX_SELECTION,
+    before: int | None = None,
 ) -> list[int]:
-    """Ids of the newest jobs (at most ``limit``) that match ``job_filter``, newest first.
+    """Ids of the newest jobs (at most ``limit``) that match ``job_filter``, newest first;
+    only ids below ``before`` when it is given (the next batch of a long selection).
 
     For bulk actions: the caller narrows the filter to the statuses the action applies
     to (e.g. FAILED for a retry), which a status-leading index serves.
     """
     limit = validation.require_int("limit", limit, minimum=1, maximum=MAX_SELECTION)
+    before = validation.optional_int("before", before, minimum=1)
     context = context_of(queue)
     q = JobListQueries(context.tables)
+    where = job_filter.conditions(context.tables)
+    if before is not None:
+        where.append(context.tables.jobs.c.id < before)
     with context.read() as connection:
-        rows = connection.execute(q.selection(job_filter.conditions(context.tables), limit))
+        rows = connection.execute(q.selection(where, limit))
         return [int(row.id) for row in rows]
+
+
+def count_matching(
+    queue: QueueContext | HasContext, job_filter: JobFilter, statuses: Sequence[str]
+) -> int:
+    """How many jobs match ``job_filter`` and are in one of ``statuses`` (none: 0)."""
+    if not statuses:
+        return 0
+    context = context_of(queue)
+    q = JobListQueries(context.tables)
+    where = job_filter.conditions(context.tables)
+    where.append(context.tables.jobs.c.status.in_(list(statuses)))
+    with context.read() as connection:
+        return int(connection.execute(q.count(where)).scalar_one())
