@@ -76,6 +76,10 @@ def materialized_cte(select: Select[Any], name: str) -> FromClause:
     return select.cte(name).prefix_with("MATERIALIZED")
 
 
+def _no_schemas(connection: Connection, schema: str) -> AbstractContextManager[None]:
+    raise ValueError(f"this database has no schemas to migrate into ({schema!r})")
+
+
 def _no_generated_columns(index: Any) -> str | None:
     return None
 
@@ -223,6 +227,11 @@ class Backend:
     recount_locks_rows: bool = False
     """Whether the recount is a locking read (``FOR UPDATE``), for databases whose
     locking reads see, after waiting, what concurrent transactions committed (InnoDB)."""
+    migrate_in_schema: Callable[[Connection, str], AbstractContextManager[None]] = _no_schemas
+    """Around a migration run into a schema (``migrate.upgrade(schema=...)``): make the
+    revisions' unqualified table names (Alembic's ALTERs, raw SQL) resolve there.
+    PostgreSQL: a transaction-local ``search_path`` (safe behind a transaction pooler);
+    MySQL: ``USE`` the schema's database for the run, and back."""
     is_retryable: Callable[[BaseException], bool] = _never_retry
     """Whether an error means the transaction was a deadlock victim or timed out
     waiting for a lock, so that running the whole transaction again is safe (MySQL
