@@ -27,6 +27,12 @@ DEFAULT_DB_URL = "sqlite:///sqlq.db"
 DB_ENV_VAR = "SQLQ_DATABASE_URL"
 POOLING_ENV_VAR = "SQLQ_TRANSACTION_POOLING"
 LISTEN_URL_ENV_VAR = "SQLQ_LISTEN_URL"
+SCHEMA_ENV_VAR = "SQLQ_SCHEMA"
+
+
+def schema_option() -> str | None:
+    """The schema the queue's tables live in (``$SQLQ_SCHEMA``; unset: the default)."""
+    return os.environ.get(SCHEMA_ENV_VAR) or None
 
 
 class CommandError(SqlqError):
@@ -130,9 +136,12 @@ def open_engine(db: str | None, **kwargs: Any) -> Engine:
 
 
 def migrate_schema(engine: Engine) -> str:
-    """Bring the schema to the newest revision with the packaged Alembic migrations."""
-    upgrade(engine)
-    return f"schema at revision {', '.join(sorted(current(engine)))} (newest)"
+    """Bring the schema to the newest revision with the packaged Alembic migrations
+    (the tables in ``$SQLQ_SCHEMA`` when it is set)."""
+    schema = schema_option()
+    upgrade(engine, schema=schema)
+    where = "" if schema is None else f" in schema {schema}"
+    return f"schema{where} at revision {', '.join(sorted(current(engine, schema=schema)))} (newest)"
 
 
 MODELS_ENV_VAR = "SQLQ_MODELS"
@@ -187,7 +196,13 @@ def open_queue(
     retry_policy = None
     if retry_base is not None:
         retry_policy = RetryPolicy(base_seconds=retry_base, max_seconds=max(retry_base, 3600.0))
-    queue = Queue(engine, retry_policy=retry_policy, models=load_models(models), check_schema=False)
+    queue = Queue(
+        engine,
+        retry_policy=retry_policy,
+        models=load_models(models),
+        check_schema=False,
+        schema=schema_option(),
+    )
     jobs_table = queue.tables.jobs
     with queue.read() as connection:
         exists = sqlalchemy.inspect(connection).has_table(jobs_table.name, schema=jobs_table.schema)
@@ -197,6 +212,6 @@ def open_queue(
             "run `sqlq migrate` first"
         )
     if refuse_newer_schema:
-        check_schema_revision(engine)
+        check_schema_revision(engine, schema=queue.context.schema)
     queue.check_schema()  # tables or columns missing: the revision or command to run
     return queue

@@ -334,3 +334,26 @@ def concurrency(key: object, limit: object, key_max_length: int) -> tuple[str | 
     if limit is None:
         return name, 1
     return name, require_int("concurrency_limit", limit, minimum=1, maximum=INT32_MAX)
+
+
+SCHEMA_NAME_MAX = 63
+"""PostgreSQL's identifier limit (MariaDB's database names allow 64)."""
+
+
+def schema_name(value: object) -> str | None:
+    """A schema (database, on MariaDB) name for the queue's tables: letters, digits and
+    underscores, not starting with a digit, at most 63 characters; None: the default."""
+    if value is None:
+        return None
+    if (
+        not isinstance(value, str)
+        or not value
+        or len(value) > SCHEMA_NAME_MAX
+        or not (value[0].isascii() and (value[0].isalpha() or value[0] == "_"))
+        or not all(c.isascii() and (c.isalnum() or c == "_") for c in value)
+    ):
+        raise InvalidInput(
+            f"schema must be a name of letters, digits and underscores (not starting with "
+            f"a digit, at most {SCHEMA_NAME_MAX} characters), got {_short(value)}"
+        )
+    return value

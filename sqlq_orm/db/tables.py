@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
-from sqlalchemy import Table
+from sqlalchemy import MetaData, Table
 
 from sqlq_orm.schema.models import (
     Job,
@@ -65,8 +66,11 @@ class Models:
             dependency=JobDependency,
         )
 
-    def tables(self) -> Tables:
-        """The tables behind the models."""
+    def tables(self, schema: str | None = None) -> Tables:
+        """The tables behind the models; with ``schema``, copies of them in that schema
+        (foreign keys between them pointing there too), for statements that name it."""
+        if schema is not None:
+            return _tables_in_schema(self, schema)
 
         def table(model: Any) -> Table:
             return model.__table__  # type: ignore[no-any-return]
@@ -79,3 +83,29 @@ class Models:
             schedules=None if self.schedule is None else table(self.schedule),
             dependencies=None if self.dependency is None else table(self.dependency),
         )
+
+
+@cache
+def _tables_in_schema(models: Models, schema: str) -> Tables:
+    # One copy per (models, schema) in a process: the statements built on it are
+    # cached by SQLAlchemy per table object.
+    plain = models.tables()
+    metadata = MetaData(naming_convention=plain.jobs.metadata.naming_convention)
+
+    def copy(table: Table | None) -> Table | None:
+        return None if table is None else table.to_metadata(metadata, schema=schema)
+
+    jobs = copy(plain.jobs)
+    attempts = copy(plain.attempts)
+    events = copy(plain.events)
+    workers = copy(plain.workers)
+    assert jobs is not None and attempts is not None and events is not None
+    assert workers is not None
+    return Tables(
+        jobs=jobs,
+        attempts=attempts,
+        events=events,
+        workers=workers,
+        schedules=copy(plain.schedules),
+        dependencies=copy(plain.dependencies),
+    )

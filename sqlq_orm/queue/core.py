@@ -124,6 +124,10 @@ class QueueCore:
     :func:`sqlq_orm.configure_engine`, or create it with :func:`sqlq_orm.create_engine`)
     or a :class:`~sqlalchemy.orm.sessionmaker` bound to one. ``clock`` defaults to the
     database's clock; tests pass a :class:`~sqlq_orm.db.clock.PinnedClock`.
+    ``schema`` keeps the tables in a PostgreSQL schema of that name (a database of
+    that name on MariaDB; SQLite has none): migrate it with
+    ``sqlq_orm.migrate.upgrade(engine, schema=...)``. Two queues in two schemas of one
+    database never see each other's jobs.
     """
 
     def __init__(
@@ -137,6 +141,7 @@ class QueueCore:
         payload_max_bytes: int = validation.DEFAULT_PAYLOAD_MAX_BYTES,
         heartbeat_event_interval: float = DEFAULT_HEARTBEAT_EVENT_INTERVAL,
         check_schema: bool = True,
+        schema: str | None = None,
     ) -> None:
         if isinstance(bind, sessionmaker):
             engine = bind.kw.get("bind")
@@ -145,7 +150,7 @@ class QueueCore:
             bind = engine
         if not isinstance(bind, Engine):
             raise InvalidInput(f"Queue needs an Engine or a sessionmaker, got {bind!r}")
-        self.context = QueueContext(bind, models=models, clock=clock)
+        self.context = QueueContext(bind, models=models, clock=clock, schema=schema)
         self.engine = bind
         self.models = self.context.models
         self.clock = self.context.clock

@@ -87,6 +87,10 @@ def materialized_cte(select: Select[Any], name: str) -> FromClause:
     return select.cte(name).prefix_with("MATERIALIZED")
 
 
+def _no_schemas(connection: Connection, schema: str) -> AbstractContextManager[None]:
+    raise ValueError(f"this database has no schemas to migrate into ({schema!r})")
+
+
 def _no_generated_columns(index: Any) -> str | None:
     return None
 
@@ -235,6 +239,11 @@ class Backend:
     never waits on job rows, so a row an app transaction holds locked does not stall
     claims. Returns False when a lock could not be had in time (claim again). None:
     no recount."""
+    migrate_in_schema: Callable[[Connection, str], AbstractContextManager[None]] = _no_schemas
+    """Around a migration run into a schema (``migrate.upgrade(schema=...)``): make the
+    revisions' unqualified table names (Alembic's ALTERs, raw SQL) resolve there.
+    PostgreSQL: a transaction-local ``search_path`` (safe behind a transaction pooler);
+    MySQL: ``USE`` the schema's database for the run, and back."""
     is_retryable: Callable[[BaseException], bool] = _never_retry
     """Whether an error means the transaction was a deadlock victim or timed out
     waiting for a lock, so that running the whole transaction again is safe (MySQL

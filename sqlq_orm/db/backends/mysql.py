@@ -292,6 +292,19 @@ def _hold_migration_lock(connection: Connection) -> Iterator[None]:
         connection.rollback()
 
 
+@contextmanager
+def _migrate_in_schema(connection: Connection, schema: str) -> Iterator[None]:
+    # A schema is a database here, and DDL commits as it goes: USE it for the run
+    # (the name is validated: letters, digits, underscores), then the one before.
+    before = connection.exec_driver_sql("SELECT DATABASE()").scalar()
+    connection.exec_driver_sql(f"USE `{schema}`")
+    try:
+        yield
+    finally:
+        if before is not None:
+            connection.exec_driver_sql(f"USE `{before}`")
+
+
 def _lock_for_migration(connection: Connection) -> None:
     # DDL commits implicitly in MySQL, so a transaction-scoped lock would not last:
     # take the named lock for the session and let it go when the migration's
@@ -429,6 +442,7 @@ def _backend(name: str) -> Backend:
         snapshot_options={"isolation_level": "REPEATABLE READ"},
         lock_for_migration=_lock_for_migration,
         hold_migration_lock=_hold_migration_lock,
+        migrate_in_schema=_migrate_in_schema,
         ddl_commits=True,
         descending_index_columns=_descending_index_columns,
         update_returning=False,

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import logging
 import select as selectors
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import Text, bindparam, cast, func, text, type_coerce
@@ -82,6 +83,16 @@ def _maintenance(engine: Engine, task: str, tables: Sequence[Any]) -> Maintenanc
         "made dead rows' space reusable and refreshed planner statistics "
         "(the files do not shrink; VACUUM FULL would, under an exclusive lock)",
     )
+
+
+@contextmanager
+def _migrate_in_schema(connection: Connection, schema: str) -> Iterator[None]:
+    # Local to the migration transaction: nothing outlives it (a transaction pooler
+    # may hand the server connection to someone else next).
+    connection.execute(
+        text("SELECT set_config('search_path', :p_path, true)"), {"p_path": f'"{schema}"'}
+    )
+    yield
 
 
 class _Listener:
@@ -180,6 +191,7 @@ BACKEND = Backend(
     # queries would see a job move between them and report a false violation.
     snapshot_options={"isolation_level": "REPEATABLE READ"},
     lock_for_migration=_lock_for_migration,
+    migrate_in_schema=_migrate_in_schema,
     notify_sql="SELECT pg_notify(:p_channel, :p_queue)",
     open_wake_listener=_open_wake_listener,
 )
