@@ -35,11 +35,13 @@ from sqlq_orm.queue.types import (
     EnqueuedJob,
     JobFailure,
     JobSpec,
+    QueueState,
     ScheduleState,
     SweepResult,
     TickResult,
 )
 from sqlq_orm.scheduler import Scheduler
+from sqlq_orm.schema.controls import QueueControlMixin
 from sqlq_orm.schema.mixins import (
     JobAttemptMixin,
     JobDependencyMixin,
@@ -54,6 +56,7 @@ from sqlq_orm.schema.models import (
     JobAttempt,
     JobDependency,
     JobEvent,
+    QueueControl,
     ScheduleRecord,
     WorkerRecord,
 )
@@ -114,6 +117,9 @@ __all__ = [
     "PinnedClock",
     "PruneResult",
     "Queue",
+    "QueueControl",
+    "QueueControlMixin",
+    "QueueState",
     "QueueStats",
     "RelatedJob",
     "RetentionPolicy",

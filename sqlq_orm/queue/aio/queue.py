@@ -221,3 +221,7 @@ class AsyncQueue:
     remove_schedule = awaited(Queue.remove_schedule)
     seconds_until_next_job = awaited(Queue.seconds_until_next_job)
     check_schema = awaited(Queue.check_schema)
+    pause_queue = awaited(Queue.pause_queue)
+    resume_queue = awaited(Queue.resume_queue)
+    paused_queues = awaited(Queue.paused_queues)
+    queue_states = awaited(Queue.queue_states)
