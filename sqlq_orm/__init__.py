@@ -40,11 +40,13 @@ from sqlq_orm.queue.types import (
     EnqueuedJob,
     JobFailure,
     JobSpec,
+    QueueState,
     ScheduleState,
     SweepResult,
     TickResult,
 )
 from sqlq_orm.scheduler import Scheduler
+from sqlq_orm.schema.controls import QueueControlMixin
 from sqlq_orm.schema.mixins import (
     JobAttemptMixin,
     JobDependencyMixin,
@@ -59,6 +61,7 @@ from sqlq_orm.schema.models import (
     JobAttempt,
     JobDependency,
     JobEvent,
+    QueueControl,
     ScheduleRecord,
     WorkerRecord,
 )
@@ -122,6 +125,9 @@ __all__ = [
     "PinnedClock",
     "PruneResult",
     "Queue",
+    "QueueControl",
+    "QueueControlMixin",
+    "QueueState",
     "QueueStats",
     "RelatedJob",
     "RetentionPolicy",

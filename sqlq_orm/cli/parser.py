@@ -34,6 +34,7 @@ from sqlq_orm.cli.commands import (
     worker,
 )
 from sqlq_orm.cli.connect import DB_ENV_VAR, DEFAULT_DB_URL
+from sqlq_orm.cli.controls import queue_list, queue_pause, queue_resume
 from sqlq_orm.core import validation
 from sqlq_orm.core.timing import MIN_LEASE_SECONDS
 from sqlq_orm.ops.render.text import printable
@@ -293,6 +294,22 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument("--remove", metavar="NAME", help="delete a schedule no code declares any more")
     add_output(p)
+
+    p = commands.add_parser(
+        "queue", help="pause, resume or list queues", parents=[common],
+        description="Pause, resume or list queues. A pause is stored in the database: "
+        "every worker skips the queue until it is resumed.",
+    )  # fmt: skip
+    actions = p.add_subparsers(title="actions", metavar="ACTION", required=True)
+    for action, control in (("pause", queue_pause), ("resume", queue_resume)):
+        summary, description = command_help(control)
+        sub = actions.add_parser(action, help=summary, description=description, parents=[common])
+        sub.set_defaults(command=control)
+        sub.add_argument("name", metavar="QUEUE", help="the queue's name")
+    summary, description = command_help(queue_list)
+    sub = actions.add_parser("list", help=summary, description=description, parents=[common])
+    sub.set_defaults(command=queue_list)
+    add_output(sub)
 
     p = add("prune", prune)
     p.add_argument("--dry-run", action="store_true", help="count what is due; delete nothing")

@@ -13,6 +13,7 @@ from sqlq_orm.schema.models import (
     JobAttempt,
     JobDependency,
     JobEvent,
+    QueueControl,
     ScheduleRecord,
     WorkerRecord,
 )
@@ -26,7 +27,9 @@ class Tables:
     are then unavailable (a host app binds :class:`~sqlq_orm.schema.mixins.ScheduleMixin`
     to use them). ``dependencies`` is None likewise when the models name no dependency
     model: ``depends_on`` is then refused (bind
-    :class:`~sqlq_orm.schema.mixins.JobDependencyMixin` to use it).
+    :class:`~sqlq_orm.schema.mixins.JobDependencyMixin` to use it). ``queues`` is None
+    when the models name no queue-control model: queues cannot be paused then (bind
+    :class:`~sqlq_orm.schema.controls.QueueControlMixin`).
     """
 
     jobs: Table
@@ -35,6 +38,7 @@ class Tables:
     workers: Table
     schedules: Table | None = None
     dependencies: Table | None = None
+    queues: Table | None = None
 
 
 @dataclass(frozen=True)
@@ -44,7 +48,9 @@ class Models:
     ``schedule`` (a class bound from :class:`~sqlq_orm.schema.mixins.ScheduleMixin`)
     is optional: without it the queue runs no recurring schedules. ``dependency`` (a
     class bound from :class:`~sqlq_orm.schema.mixins.JobDependencyMixin`) is optional
-    too: without it jobs cannot ``depends_on`` others.
+    too: without it jobs cannot ``depends_on`` others. ``queue_control`` (bound from
+    :class:`~sqlq_orm.schema.controls.QueueControlMixin`) is optional: without it
+    queues cannot be paused.
     """
 
     job: Any
@@ -53,6 +59,7 @@ class Models:
     worker: Any
     schedule: Any = None
     dependency: Any = None
+    queue_control: Any = None
 
     @classmethod
     def default(cls) -> Models:
@@ -64,6 +71,7 @@ class Models:
             worker=WorkerRecord,
             schedule=ScheduleRecord,
             dependency=JobDependency,
+            queue_control=QueueControl,
         )
 
     def tables(self, schema: str | None = None) -> Tables:
@@ -82,6 +90,7 @@ class Models:
             workers=table(self.worker),
             schedules=None if self.schedule is None else table(self.schedule),
             dependencies=None if self.dependency is None else table(self.dependency),
+            queues=None if self.queue_control is None else table(self.queue_control),
         )
 
 

@@ -13,6 +13,7 @@ from sqlq_orm.ops.retention import PruneResult, RetentionPolicy
 from sqlq_orm.ops.stats import QueueStats, collect_stats
 from sqlq_orm.queue.admin import Administration
 from sqlq_orm.queue.claiming import Claiming
+from sqlq_orm.queue.controls import QueueControls
 from sqlq_orm.queue.enqueue import Enqueueing
 from sqlq_orm.queue.lease_batches import BatchedLeaseCalls
 from sqlq_orm.queue.leases import LeaseCalls
@@ -36,6 +37,7 @@ class Queue(
     WorkerRegistry,
     JobArrivals,
     Results,
+    QueueControls,
 ):
     """A job queue stored in the tables of ``models`` on ``bind``'s database.
 
@@ -49,7 +51,8 @@ class Queue(
     :mod:`~sqlq_orm.queue.lease_batches`,
     :mod:`~sqlq_orm.queue.sweeper`, :mod:`~sqlq_orm.queue.admin`,
     :mod:`~sqlq_orm.queue.registry`, :mod:`~sqlq_orm.queue.wakeups`,
-    :mod:`~sqlq_orm.queue.results` and
+    :mod:`~sqlq_orm.queue.results`,
+    :mod:`~sqlq_orm.queue.controls` and
     :mod:`~sqlq_orm.queue.schedules`; stats and
     pruning come from :mod:`sqlq_orm.ops`.
     """

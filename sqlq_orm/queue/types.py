@@ -143,3 +143,16 @@ class TickResult:
     """The jobs enqueued, one per slot."""
     skipped: int = 0
     """Schedules that passed over older missed slots (their ``missed`` policy)."""
+
+
+@dataclass(frozen=True)
+class QueueState:
+    """One queue's operator state, as :meth:`Queue.queue_states` returns it."""
+
+    name: str
+    paused: bool
+    paused_at: int | None
+    """When it was paused (epoch seconds), None while it runs."""
+    changed_by: str | None
+    """Who last paused or resumed it."""
+    updated_at: int

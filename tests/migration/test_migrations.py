@@ -127,7 +127,7 @@ def test_revisions_have_a_single_head_labelled_sqlq():
     chain = [s.revision for s in scripts.walk_revisions()]
     assert chain == sorted(chain, reverse=True)  # sqlq_0001, sqlq_0002, ... in one line
     assert chain[-1] == "sqlq_0001"
-    assert {"sqlq_0004", "sqlq_0005"} <= set(chain)
+    assert {"sqlq_0004", "sqlq_0005", "sqlq_0009"} <= set(chain)
     assert head == sqlq_orm.migrations.NEWEST_REVISION
 
 
@@ -295,6 +295,28 @@ def test_upgrade_to_results_with_jobs_in_place_keeps_them_and_stores_results(db_
     assert queue.result(3) == {"rows": 3}
     engine.dispose()
     migrate.downgrade(db_url, "sqlq_0005")
+    assert count(db_url, Job) == 3
+    migrate.upgrade(db_url)
+    assert migrate.check(db_url) == []
+
+
+def test_upgrade_to_queue_controls_with_jobs_in_place_keeps_them_and_pauses(db_url, clock):
+    before = ScriptDirectory.from_config(migrate.config()).get_revision("sqlq_0009").down_revision
+    migrate.upgrade(db_url, str(before))
+    seed_0001_history(db_url)  # jobs 1 and 2 SUCCEEDED, job 3 QUEUED
+
+    migrate.upgrade(db_url)
+
+    assert migrate.check(db_url) == []
+    engine = sqlq_orm.create_engine(db_url)
+    queue = sqlq_orm.Queue(engine, clock=clock)
+    assert [queue.get_job(n).status for n in (1, 2, 3)] == ["SUCCEEDED", "SUCCEEDED", "QUEUED"]
+    queue.pause_queue("default")
+    assert queue.claim("w") == []
+    queue.resume_queue("default")
+    assert [lease.job_id for lease in queue.claim("w")] == [3]
+    engine.dispose()
+    migrate.downgrade(db_url, str(before))
     assert count(db_url, Job) == 3
     migrate.upgrade(db_url)
     assert migrate.check(db_url) == []

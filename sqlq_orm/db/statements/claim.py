@@ -25,6 +25,7 @@ from sqlalchemy import (
 from sqlalchemy.sql.elements import ColumnElement
 
 from sqlq_orm.db.statements.concurrency import ConcurrencyStatements, within_limits
+from sqlq_orm.db.statements.controls import ControlStatements
 from sqlq_orm.db.statements.history import HistoryStatements
 from sqlq_orm.db.statements.returning import LOCKED_ID_LIST, LOCKED_IDS
 from sqlq_orm.schema.states import JobStatus
@@ -35,7 +36,7 @@ def row_number() -> ColumnElement[int]:
     return func.row_number(type_=Integer).over()
 
 
-class ClaimStatements(HistoryStatements, ConcurrencyStatements):
+class ClaimStatements(HistoryStatements, ConcurrencyStatements, ControlStatements):
     """The claim, for one queue or several merged (built on first use per count)."""
 
     def _build_claim_group(self) -> None:
@@ -48,9 +49,20 @@ class ClaimStatements(HistoryStatements, ConcurrencyStatements):
         self._merged_claims: dict[tuple[int, bool], Any] = {}
         # -- when the next queued job is due (an idle worker sleeps until then) ------
         j = self.tables.jobs.c
+        # (Paused queues have nothing due: a worker of only paused queues sleeps.)
+        not_paused = self.tables.queues
         self.seconds_until_next_job = select(func.min(j.run_at) - self.now).where(
             j.queue.in_(bindparam("p_queues", expanding=True)),
             j.status == JobStatus.QUEUED.value,
+            *(
+                ()
+                if not_paused is None
+                else (
+                    j.queue.not_in(
+                        select(not_paused.c.name).where(not_paused.c.paused_at.is_not(None))
+                    ),
+                )
+            ),
         )
 
     def claim_for(self, queues: Sequence[str], *, start: bool) -> tuple[Any, dict[str, Any]]:
@@ -77,12 +89,15 @@ class ClaimStatements(HistoryStatements, ConcurrencyStatements):
             return claim
         return self.with_history(claim, lambda source: self.claim_history(source, start=start))
 
-    def _ready_jobs(self, queue_filter: ColumnElement[bool]) -> Any:
+    def _ready_jobs(
+        self, queue_filter: ColumnElement[bool], not_paused: ColumnElement[bool]
+    ) -> Any:
         """Ready jobs in claim order, at most ``p_limit`` of them, with what the
         concurrency limits need: each one's key, limit and the key's held jobs.
 
         A job whose key is already full is not a candidate, so it never takes the
-        place of a job behind it."""
+        place of a job behind it. ``not_paused`` is the guard that the queue(s) of
+        ``queue_filter`` are not paused (:meth:`ControlStatements.not_paused`)."""
         j = self.tables.jobs.c
         held = self.held_by_key()
         no_key = j.concurrency_key.is_(None)
@@ -98,6 +113,7 @@ class ClaimStatements(HistoryStatements, ConcurrencyStatements):
             )
             .where(
                 queue_filter,
+                not_paused,
                 j.status == JobStatus.QUEUED.value,
                 j.run_at <= self.now,
                 or_(no_key, held < j.concurrency_limit),
@@ -135,7 +151,13 @@ class ClaimStatements(HistoryStatements, ConcurrencyStatements):
             # rows read but not picked stay locked (skipped by other claimers) until this
             # claim commits.
             per_queue = [
-                lock(self._ready_jobs(j.queue == bindparam(f"p_queue_{i}")), True)
+                lock(
+                    self._ready_jobs(
+                        j.queue == bindparam(f"p_queue_{i}"),
+                        self.not_paused(bindparam(f"p_queue_{i}")),
+                    ),
+                    True,
+                )
                 for i in range(merged_queues)
             ]
             if self.dialect.update_returning:
@@ -158,7 +180,10 @@ class ClaimStatements(HistoryStatements, ConcurrencyStatements):
                 ).limit(bindparam("p_limit", type_=Integer))
         else:
             candidates = lock(
-                self._ready_jobs(j.queue.in_(bindparam("p_queues", expanding=True))), True
+                self._ready_jobs(
+                    j.queue.in_(bindparam("p_queues", expanding=True)), self.not_paused()
+                ),
+                True,
             )
         values: dict[str, Any] = {
             "status": JobStatus.CLAIMED.value,

@@ -96,6 +96,8 @@ def collect_stats(
         durations = _durations(connection, q, long_window)
         workers = _workers(connection, q, now, worker_stale_seconds, held_by_worker)
         retention = _retention(connection, q, policy, counts)
+        paused = q.paused_queues()
+        paused_queues = [] if paused is None else sorted(connection.execute(paused).scalars())
 
     return QueueStats(
         now=now,
@@ -116,6 +118,7 @@ def collect_stats(
         workers=workers,
         retention=retention,
         worker_stale_seconds=worker_stale_seconds,
+        paused_queues=paused_queues,
     )
 
 

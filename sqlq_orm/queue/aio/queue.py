@@ -234,3 +234,7 @@ class AsyncQueue:
     check_schema = awaited(Queue.check_schema)
     result = awaited(Queue.result)
     wait = awaited(Queue.wait)
+    pause_queue = awaited(Queue.pause_queue)
+    resume_queue = awaited(Queue.resume_queue)
+    paused_queues = awaited(Queue.paused_queues)
+    queue_states = awaited(Queue.queue_states)
