@@ -25,6 +25,7 @@ from sqlq_orm.errors import (
     MaxRuntimeExceeded,
     SqlqError,
     SqlqWarning,
+    TransactionRolledBack,
 )
 from sqlq_orm.ops import invariants
 from sqlq_orm.ops.retention import PruneResult, RetentionPolicy
@@ -125,6 +126,7 @@ __all__ = [
     "Scheduler",
     "SqlqError",
     "SqlqWarning",
+    "TransactionRolledBack",
     "SweepResult",
     "TickResult",
     "Worker",
