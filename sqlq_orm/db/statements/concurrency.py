@@ -111,7 +111,7 @@ def within_limits(rows: Sequence[Row[Any]]) -> list[int]:
     return kept
 
 
-def over_limit(claimed: Sequence[Row[Any]], held: Sequence[Row[Any]]) -> dict[str, int]:
+def over_limit(claimed: Sequence[Row[Any]], held: Sequence[Any]) -> dict[str, int]:
     """Keys of the ``claimed`` rows whose held jobs (``held``: ``(key, limit)`` per held
     job, counted after the claim, the claimed ones included) outnumber the smallest
     limit among them: key → held."""
