@@ -29,6 +29,7 @@ from sqlq_orm.errors import (
     Snooze,
     SqlqError,
     SqlqWarning,
+    TransactionRolledBack,
     WaitTimeout,
 )
 from sqlq_orm.ops import invariants
@@ -141,6 +142,7 @@ __all__ = [
     "Scheduler",
     "SqlqError",
     "SqlqWarning",
+    "TransactionRolledBack",
     "SweepResult",
     "Task",
     "TaskRegistry",

@@ -123,7 +123,7 @@ class Claiming(QueueCore):
             connection, self.sql.concurrency_lock_scope, keys
         ):
             raise _KeyOverLimit(f"no lock on the concurrency keys {keys} in time")
-        held = connection.execute(self.sql.recount_held, {"p_keys": keys}).scalars().all()
+        held = connection.execute(self.sql.recount_held, {"p_keys": keys}).all()
         over = over_limit(rows, held)
         if over:
             raise _KeyOverLimit(over)

@@ -27,6 +27,7 @@ from sqlq_orm.db.context import QueueContext
 from sqlq_orm.db.tables import Models
 from sqlq_orm.errors import (
     InvalidInput,
+    TransactionRolledBack,
 )
 from sqlq_orm.queue import app_columns
 from sqlq_orm.queue.schema import require_current_schema
@@ -78,13 +79,25 @@ def retry_if_rolled_back(
     ``with`` block rolls the rest back) has then written nothing, so running it again
     can neither lose nor double a job. With a caller's ``session`` the transaction is
     the caller's, and the error goes to the caller. Which errors qualify is the
-    backend's :attr:`~sqlq_orm.db.backends.base.Backend.is_retryable`.
+    backend's :attr:`~sqlq_orm.db.backends.base.Backend.is_retryable`. With the
+    caller's session, an error after which the database rolled the caller's whole
+    transaction back raises :class:`~sqlq_orm.errors.TransactionRolledBack`, saying so.
     """
 
     @functools.wraps(method)
     def run(queue: _Q, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         if kwargs.get("session") is not None:
-            return method(queue, *args, **kwargs)
+            try:
+                return method(queue, *args, **kwargs)
+            except DBAPIError as exc:
+                if not queue.dialect.rolls_back_transaction(exc):
+                    raise
+                raise TransactionRolledBack(
+                    f"{method.__name__}: {queue.dialect.title} rolled back your whole "
+                    f"transaction ({type(exc.orig).__name__}: {str(exc.orig).strip()[:200]}); "
+                    "nothing of it will be written: roll the session back and run the "
+                    "transaction again"
+                ) from exc
         for attempt in range(RETRIES_AFTER_ROLLBACK + 1):
             try:
                 return method(queue, *args, **kwargs)

@@ -244,7 +244,13 @@ class Backend:
     revisions' unqualified table names (Alembic's ALTERs, raw SQL) resolve there.
     PostgreSQL: a transaction-local ``search_path`` (safe behind a transaction pooler);
     MySQL: ``USE`` the schema's database for the run, and back."""
+    rolls_back_transaction: Callable[[BaseException], bool] = _never_retry
+    """Whether an error means the database rolled back (or aborted) the whole
+    transaction, so a caller's ``session=`` transaction is lost and must run again
+    (MySQL 1213; PostgreSQL deadlocks and serialization failures). A MySQL lock wait
+    timeout (1205) undoes only the statement: not so."""
     is_retryable: Callable[[BaseException], bool] = _never_retry
     """Whether an error means the transaction was a deadlock victim or timed out
     waiting for a lock, so that running the whole transaction again is safe (MySQL
-    1213, 1205). SQLite waits (busy timeout); PostgreSQL's claims never deadlock."""
+    1213, 1205; PostgreSQL deadlocks, 40P01, and serialization failures, 40001).
+    SQLite waits (busy timeout)."""

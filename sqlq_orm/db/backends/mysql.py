@@ -140,6 +140,11 @@ def is_duplicate_key(exc: BaseException) -> bool:
     return _error_number(exc) == ER_DUP_ENTRY
 
 
+def is_deadlock(exc: BaseException) -> bool:
+    """Whether ``exc`` is a deadlock (1213): InnoDB rolled the whole transaction back."""
+    return _error_number(exc) == ER_LOCK_DEADLOCK
+
+
 def is_retryable(exc: BaseException) -> bool:
     """Whether ``exc`` is a deadlock (1213) or lock wait timeout (1205)."""
     return _error_number(exc) in RETRYABLE_ERRORS
@@ -448,6 +453,7 @@ def _backend(name: str) -> Backend:
         update_returning=False,
         is_duplicate_key=is_duplicate_key,
         is_retryable=is_retryable,
+        rolls_back_transaction=is_deadlock,
         concurrency_recheck=True,
         lock_concurrency_keys=_lock_concurrency_keys,
         install_hooks=install_hooks,

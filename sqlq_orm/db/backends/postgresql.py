@@ -64,6 +64,19 @@ def _rows_from_arrays(columns: Sequence[tuple[str, TypeEngine[Any]]]) -> FromCla
     )
 
 
+RETRYABLE_SQLSTATES = frozenset({"40P01", "40001"})
+"""deadlock_detected, serialization_failure: the transaction is aborted whole and can
+run again."""
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Whether ``exc`` (a SQLAlchemy or driver error) is a deadlock or serialization
+    failure (psycopg's ``sqlstate``, asyncpg's and psycopg2's ``pgcode``)."""
+    orig = getattr(exc, "orig", exc)
+    code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    return code in RETRYABLE_SQLSTATES
+
+
 def _lock_for_migration(connection: Connection) -> None:
     # Two first-time upgrades at once would both create the version table, and one
     # would fail; the second now waits and then finds the work done.
@@ -183,6 +196,8 @@ BACKEND = Backend(
     history_in_one_statement=True,
     concurrency_recheck=True,
     lock_concurrency_keys=_lock_concurrency_keys,
+    is_retryable=is_retryable,
+    rolls_back_transaction=is_retryable,
     rows_from_arrays=_rows_from_arrays,
     json_string=lambda text: cast(func.to_json(text), Text),
     maintenance=_maintenance,

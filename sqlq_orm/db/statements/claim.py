@@ -100,6 +100,7 @@ class ClaimStatements(HistoryStatements, ConcurrencyStatements, ControlStatement
         ``queue_filter`` are not paused (:meth:`ControlStatements.not_paused`)."""
         j = self.tables.jobs.c
         held = self.held_by_key()
+        limit = self.strictest_limit()
         no_key = j.concurrency_key.is_(None)
         # Matches ix_*_claim (queue, status, priority DESC, run_at, id): no sort.
         return (
@@ -108,7 +109,7 @@ class ClaimStatements(HistoryStatements, ConcurrencyStatements, ControlStatement
                 j.priority,
                 j.run_at,
                 j.concurrency_key,
-                j.concurrency_limit,
+                case((no_key, j.concurrency_limit), else_=limit).label("concurrency_limit"),
                 case((no_key, 0), else_=held).label("held"),
             )
             .where(
@@ -116,7 +117,7 @@ class ClaimStatements(HistoryStatements, ConcurrencyStatements, ControlStatement
                 not_paused,
                 j.status == JobStatus.QUEUED.value,
                 j.run_at <= self.now,
-                or_(no_key, held < j.concurrency_limit),
+                or_(no_key, held < limit),
             )
             .order_by(j.priority.desc(), j.run_at, j.id)
             .limit(bindparam("p_limit", type_=Integer))
@@ -124,17 +125,27 @@ class ClaimStatements(HistoryStatements, ConcurrencyStatements, ControlStatement
 
     def _within_limits(self, candidates: Any) -> Any:
         """Of the picked candidates, those that fit their keys' limits: the n-th
-        candidate of a key (in claim order) fits while ``held + n <= limit``."""
+        candidate of a key (in claim order) fits while ``held + n`` is within the
+        strictest limit of the key's first n candidates (each already the strictest of
+        its own and the held jobs'; :func:`.concurrency.within_limits`)."""
         c = candidates.c
+        in_order = (c.priority.desc(), c.run_at, c.id)
         key_rank = func.row_number(type_=Integer).over(
-            partition_by=c.concurrency_key, order_by=(c.priority.desc(), c.run_at, c.id)
+            partition_by=c.concurrency_key, order_by=in_order
+        )
+        strictest = func.min(c.concurrency_limit).over(
+            partition_by=c.concurrency_key, order_by=in_order
         )
         ranked = select(
-            c.id, c.concurrency_key, c.concurrency_limit, c.held, key_rank.label("key_rank")
+            c.id,
+            c.concurrency_key,
+            strictest.label("strictest"),
+            c.held,
+            key_rank.label("key_rank"),
         ).subquery("ranked")
         r = ranked.c
         return select(r.id).where(
-            or_(r.concurrency_key.is_(None), r.held + r.key_rank <= r.concurrency_limit)
+            or_(r.concurrency_key.is_(None), r.held + r.key_rank <= r.strictest)
         )
 
     def _build_claim(self, *, start: bool, merged_queues: int = 0) -> Any:
