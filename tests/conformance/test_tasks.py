@@ -359,6 +359,7 @@ def test_a_snoozing_task_runs_again_without_spending_a_retry(tasks):
     snoozes = [e for e in row.events if e.event == "SNOOZED"]
     assert len(snoozes) == 2 and "not ready yet" in str(snoozes[0].detail)
     assert tasks.result(poll, job.id) == "ready"
+    assert sqlq_orm.invariants.check(tasks.queue) == []
 
 
 def test_a_snooze_puts_the_job_back_with_its_run_at_pushed_out(tasks):
@@ -386,6 +387,7 @@ def test_a_job_that_snoozes_past_the_cap_fails_with_snooze_limit(tasks):
     tasks.drain()
 
     row = tasks.queue.get_job(job.id)
+    assert sqlq_orm.invariants.check(tasks.queue) == []
     assert (row.status, row.error_code) == ("FAILED", "SNOOZE:LIMIT")
     assert [a.status for a in sorted(row.attempts, key=lambda a: a.attempt)] == [
         "SNOOZED", "SNOOZED", "FAILED",
