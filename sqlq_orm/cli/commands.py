@@ -69,6 +69,22 @@ def migrate(db: str | None) -> int:
     return 0
 
 
+def _check_against_registry(handlers: str, job_type: str, payload: Any) -> None:
+    """Refuse a type ``handlers`` does not run, or a task payload that does not bind."""
+    from sqlq_orm.tasks import TaskRegistry
+    from sqlq_orm.worker.handlers import load_registry
+
+    registry = load_registry(handlers)
+    if job_type not in registry:
+        known = ", ".join(registry.types) or "none"
+        raise CommandError(f"{handlers} has no task or handler {job_type!r} (known: {known})")
+    task = registry.get_task(job_type) if isinstance(registry, TaskRegistry) else None
+    if task is not None:
+        problem = task.signature.check_payload(payload)
+        if problem is not None:
+            raise CommandError(f"{problem}; nothing was written")
+
+
 def enqueue(
     db: str | None,
     job_type: str,
@@ -85,8 +101,10 @@ def enqueue(
     models: str | None = None,
     depends_on: list[int] | None = None,
     on_parent_failure: str = "cancel",
+    handlers: str | None = None,
 ) -> int:
-    """Add one job; print its id."""
+    """Add one job; print its id. With ``--handlers``, the type must be one the registry
+    runs, and a task's payload (its arguments by name) must bind to its signature."""
     decoded: Any = None
     if payload is not None:
         try:
@@ -98,6 +116,8 @@ def enqueue(
                 f"--payload is nested too deeply to decode: {payload[:40]!r}...; "
                 "payloads are small JSON documents"
             ) from None
+    if handlers is not None:
+        _check_against_registry(handlers, job_type, decoded)
     result = open_queue(db, models=models).enqueue(
         job_type,
         decoded,

@@ -157,8 +157,15 @@ def build_parser() -> argparse.ArgumentParser:
     add("migrate", migrate)
 
     p = add("enqueue", enqueue)
-    p.add_argument("job_type", metavar="TYPE", help="job type (the handler's name)")
-    p.add_argument("--payload", metavar="JSON", help="payload as JSON text")
+    p.add_argument("job_type", metavar="TYPE", help="job type (the handler's or task's name)")
+    p.add_argument(
+        "--payload", metavar="JSON",
+        help="payload as JSON text (for a task: its arguments by name, {\"to\": \"a@b\"})",
+    )  # fmt: skip
+    p.add_argument(
+        "--handlers", metavar="MODULE:REGISTRY",
+        help="check the type is one this registry runs, and a task's arguments bind",
+    )  # fmt: skip
     p.add_argument("--queue", default="default", help="queue name (default: default)")
     p.add_argument(
         "--priority",

@@ -61,6 +61,8 @@ class JobView:
     error_detail: str | None
     concurrency_key: str | None = None
     concurrency_limit: int | None = None
+    result: Any = None
+    """What the handler returned as a result (a task's return value), decoded JSON."""
     columns: dict[str, Any] = field(default_factory=dict)
     """The job's values for the columns the host app added, by name."""
 
@@ -241,6 +243,8 @@ def job_timeline(
             raise JobNotFound(job_id)
         values = dict(row._mapping)
         values["payload"] = _decode(values["payload"])
+        if "result" in values:
+            values["result"] = _decode(values["result"])
         app = {name: values.pop(name) for name in list(values) if name not in _JOB_VIEW_COLUMNS}
         job = JobView(**values, columns=app)
         attempts = [

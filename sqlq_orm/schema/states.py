@@ -78,6 +78,7 @@ _TRANSITION_LIST = [
     Transition(Event.FAILED, HELD, JobStatus.FAILED),
     Transition(Event.RETRY_SCHEDULED, HELD, JobStatus.QUEUED),
     Transition(Event.RELEASED, HELD, JobStatus.QUEUED),
+    Transition(Event.SNOOZED, HELD, JobStatus.QUEUED),
     Transition(Event.CANCELLED, ACTIVE, JobStatus.CANCELLED),
     Transition(Event.RETRIED, frozenset({JobStatus.FAILED, JobStatus.CANCELLED}), JobStatus.QUEUED),
     Transition(Event.DEPENDENCIES_MET, frozenset({JobStatus.WAITING}), JobStatus.QUEUED),

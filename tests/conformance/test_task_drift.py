@@ -55,3 +55,21 @@ def test_sqlq_check_handlers_reports_drift_and_exits_1(db_url):
     report = json.loads(as_json.stdout)
     assert report["ok"] is False
     assert {d["type"]: d["count"] for d in report["drift"]} == {"mail.send": 2, "mail.send_old": 1}
+
+
+def test_sqlq_enqueue_with_handlers_checks_the_task_arguments_before_writing(db_url):
+    assert sqlq("--db", db_url, "migrate").returncode == 0
+    handlers = "tests.support.tasks_for_tests:registry"
+
+    missing = sqlq("--db", db_url, "enqueue", "mail.send", "--payload", '{"to": "a"}',
+                   "--handlers", handlers)  # fmt: skip
+    unknown = sqlq("--db", db_url, "enqueue", "mail.sned", "--handlers", handlers)
+    good = sqlq("--db", db_url, "enqueue", "mail.send", "--payload",
+                '{"to": "a", "subject": "s"}', "--handlers", handlers)  # fmt: skip
+
+    assert missing.returncode != 0 and "missing a required argument: 'subject'" in missing.stderr
+    assert unknown.returncode != 0 and "no task or handler 'mail.sned'" in unknown.stderr
+    assert good.returncode == 0, good.stderr
+    engine = sqlq_orm.create_engine(db_url)
+    assert sqlq_orm.Queue(engine).counts_by_status()["QUEUED"] == 1  # only the good one
+    engine.dispose()

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 import sqlq_orm
 import sqlq_orm.tasks
 from sqlq_orm import AsyncJobContext, InvalidInput, JobContext, TaskRegistry
+from sqlq_orm.ops.render.timeline import render_timeline_text
 from sqlq_orm.tasks import ARGUMENTS_DO_NOT_BIND
 from tests.support.aio_bridge import FLAVOURS, LoopThread, async_url
 from tests.support.worker_helpers import running
@@ -267,6 +268,10 @@ def test_a_tasks_return_value_is_its_result_rebuilt_by_the_annotation(tasks):
     assert tasks.wait(count, counted.id, timeout=5) == 2
     assert tasks.result(nothing, empty.id) is None
     assert tasks.queue.result(billed.id) == {"order": 7, "lines": [dataclasses.asdict(home)]}
+    shown = sqlq_orm.job_timeline(tasks.queue, billed.id)  # what sqlq show prints
+    assert shown.job.result == {"order": 7, "lines": [dataclasses.asdict(home)]}
+    assert shown.job.payload == {"order": 7, "to": dataclasses.asdict(home)}  # by name
+    assert '  result {"order":7,' in render_timeline_text(shown)
 
 
 def test_the_result_of_a_failed_job_raises_with_its_error_code(tasks):
@@ -354,6 +359,7 @@ def test_a_snoozing_task_runs_again_without_spending_a_retry(tasks):
     snoozes = [e for e in row.events if e.event == "SNOOZED"]
     assert len(snoozes) == 2 and "not ready yet" in str(snoozes[0].detail)
     assert tasks.result(poll, job.id) == "ready"
+    assert sqlq_orm.invariants.check(tasks.queue) == []
 
 
 def test_a_snooze_puts_the_job_back_with_its_run_at_pushed_out(tasks):
@@ -381,6 +387,7 @@ def test_a_job_that_snoozes_past_the_cap_fails_with_snooze_limit(tasks):
     tasks.drain()
 
     row = tasks.queue.get_job(job.id)
+    assert sqlq_orm.invariants.check(tasks.queue) == []
     assert (row.status, row.error_code) == ("FAILED", "SNOOZE:LIMIT")
     assert [a.status for a in sorted(row.attempts, key=lambda a: a.attempt)] == [
         "SNOOZED", "SNOOZED", "FAILED",

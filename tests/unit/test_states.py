@@ -35,6 +35,8 @@ SPEC: dict[tuple[JobStatus, Event], JobStatus | None] = {
     (R, Event.RETRY_SCHEDULED): Q,
     (C, Event.RELEASED): Q,
     (R, Event.RELEASED): Q,
+    (C, Event.SNOOZED): Q,
+    (R, Event.SNOOZED): Q,
     (W, Event.DEPENDENCIES_MET): Q,
     (W, Event.CANCELLED): X,
     (Q, Event.CANCELLED): X,

@@ -69,6 +69,14 @@ def render_timeline_text(timeline: JobTimeline, *, color: bool = False) -> str:
         f"max_runtime {max_runtime}",
         f"  payload {payload}",
     ]
+    if job.result is not None:
+        shown = (
+            job.result
+            if isinstance(job.result, str)
+            else json.dumps(job.result, ensure_ascii=False, separators=(",", ":"))
+        )
+        shown = printable(shown)
+        lines.append(f"  result {shown[:199] + '…' if len(shown) > 200 else shown}")
     if job.payload_ref or job.result_ref:
         lines.append(
             f"  payload_ref {printable(job.payload_ref or '-')}   "
