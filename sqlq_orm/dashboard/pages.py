@@ -25,6 +25,7 @@ from sqlq_orm.ops.dependencies import waiting_jobs
 from sqlq_orm.ops.history import History, finished_history
 from sqlq_orm.ops.joblist import JobFilter, list_jobs
 from sqlq_orm.ops.render.text import STATUS_ORDER
+from sqlq_orm.ops.stats import collect_workers
 from sqlq_orm.ops.timeline import job_timeline
 from sqlq_orm.queue.queue import Queue
 
@@ -170,8 +171,9 @@ class Pages:
         )
 
     async def workers(self, request: Request) -> Response:
-        stats = await run_in_threadpool(self.queue.stats)
-        return self.render.page(request, "workers.html", stats=stats)
+        # Only the workers' queries, not the whole stats report.
+        report = await run_in_threadpool(collect_workers, self.queue)
+        return self.render.page(request, "workers.html", stats=report)
 
     async def schedules(self, request: Request) -> Response:
         # A host's models may leave the schedule model out (``Models.schedule`` None):
