@@ -86,9 +86,38 @@ def filter_params(job_filter: JobFilter) -> dict[str, str]:
     return {k: v for k, v in values.items() if v is not None}
 
 
-def history_charts(history: History) -> dict[str, Any]:
-    labels = [datetime.fromtimestamp(b.start, UTC).strftime("%H:%M") for b in history.buckets]
-    bucket_minutes = history.buckets[0].seconds // 60 if history.buckets else 1
+CHART_RANGES = {
+    # name: (window seconds, buckets): 2 min, 30 min and 4 h bars.
+    "1h": (3600, 30),
+    "24h": (86_400, 48),
+    "7d": (7 * 86_400, 42),
+}
+DEFAULT_CHART_RANGE = "1h"
+
+
+def parse_range(text: str | None) -> str:
+    """The overview's chart range (``1h``, ``24h``, ``7d``; blank: 1h)."""
+    if text is None or not text.strip():
+        return DEFAULT_CHART_RANGE
+    if text not in CHART_RANGES:
+        raise InvalidInput(f"range must be one of {', '.join(CHART_RANGES)}, got {text!r}")
+    return text
+
+
+def bucket_words(seconds: int) -> str:
+    """``2 min``, ``30 min``, ``4 h``: a bucket's length as the chart title says it."""
+    if seconds % 3600 == 0:
+        return f"{seconds // 3600} h"
+    if seconds % 60 == 0:
+        return f"{seconds // 60} min"
+    return f"{seconds} s"
+
+
+def history_charts(history: History, range_name: str = DEFAULT_CHART_RANGE) -> dict[str, Any]:
+    label_format = "%a %H:%M" if range_name == "7d" else "%H:%M"
+    labels = [datetime.fromtimestamp(b.start, UTC).strftime(label_format) for b in history.buckets]
+    bucket = bucket_words(history.buckets[0].seconds if history.buckets else 60)
+    span = {"1h": "last hour", "24h": "last 24 hours", "7d": "last 7 days"}[range_name]
     finished = stacked_bars(
         labels,
         [
@@ -96,14 +125,21 @@ def history_charts(history: History) -> dict[str, Any]:
             Series("failed", "bad", [b.failed for b in history.buckets]),
             Series("cancelled", "muted", [b.cancelled for b in history.buckets]),
         ],
-        title=f"Jobs finished per {bucket_minutes} min, last hour",
+        title=f"Jobs finished per {bucket}, {span}",
     )
     failures = stacked_bars(
         labels,
         [Series("failed", "bad", [b.failed for b in history.buckets])],
-        title=f"Jobs failed per {bucket_minutes} min, last hour",
+        title=f"Jobs failed per {bucket}, {span}",
     )
-    return {"finished_chart": finished, "failures_chart": failures}
+    return {
+        "finished_chart": finished,
+        "failures_chart": failures,
+        "chart_range": range_name,
+        "chart_ranges": list(CHART_RANGES),
+        "bucket": bucket,
+        "span": span,
+    }
 
 
 class Pages:
@@ -119,15 +155,23 @@ class Pages:
         )
 
     async def overview(self, request: Request) -> Response:
+        try:
+            range_name = parse_range(request.query_params.get("range"))
+        except InvalidInput as error:
+            return self._bad_request(request, error)
+        window, buckets = CHART_RANGES[range_name]
         stats, history = await run_in_threadpool(
-            lambda: (self.queue.stats(), finished_history(self.queue))
+            lambda: (
+                self.queue.stats(),
+                finished_history(self.queue, window_seconds=window, buckets=buckets),
+            )
         )
         return self.render.page(
             request,
             "overview.html",
             stats=stats,
             statuses=STATUS_ORDER,
-            **history_charts(history),
+            **history_charts(history, range_name),
         )
 
     async def jobs(self, request: Request) -> Response:

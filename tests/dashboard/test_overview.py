@@ -60,3 +60,29 @@ def test_an_empty_queue_reads_as_empty_not_broken(serve, page, queue):
     assert "none" in page.locator("#stuck").inner_text()
     assert cells(page, "types") == [["no type has failed or is retrying"]]
     assert cells(page, "retries") == [["no job has been retried"]]
+
+
+def test_the_charts_cover_the_chosen_range_and_say_their_bucket_size(serve, page, queue, clock):
+    old = queue.enqueue("nightly").id
+    [lease] = queue.claim("w-1", start=True)
+    queue.succeed(lease)  # finished now ...
+    clock.advance(3 * 86_400)  # ... which is three days ago when the page is read
+    served = serve()
+    page.goto(served.url + "/")
+    assert page.locator("#throughput-caption").inner_text().endswith("per 2 min, last hour")
+    assert page.locator("svg.chart").first.locator("g").count() == 30
+    assert page.locator("svg.chart rect.ok").count() == 0  # not in the last hour
+    page.click("#range-7d")
+    assert "range=7d" in page.url
+    assert page.locator("#range-7d").get_attribute("aria-current") == "true"
+    caption = page.locator("#throughput-caption").inner_text()
+    assert caption.endswith("per 4 h, last 7 days")
+    assert page.locator("svg.chart").first.locator("g").count() == 42
+    bars = page.locator("svg.chart").first.locator("g title").all_text_contents()
+    assert sum("1 succeeded" in t for t in bars) == 1, old
+    page.click("#range-24h")
+    assert page.locator("#throughput-caption").inner_text().endswith("per 30 min, last 24 hours")
+    assert page.locator("svg.chart rect.ok").count() == 0
+    response = page.goto(served.url + "/?range=1y")
+    assert response is not None and response.status == 400
+    assert "range must be one of 1h, 24h, 7d, got '1y'" in page.locator("#error").inner_text()
