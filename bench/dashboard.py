@@ -45,7 +45,7 @@ from bench.core import (
 )
 from bench.fill import fill_finished_history
 from sqlq_orm.ops.history import finished_history
-from sqlq_orm.ops.joblist import JobFilter, count_matching, list_jobs
+from sqlq_orm.ops.joblist import JobFilter, count_capped, count_matching, list_jobs
 from sqlq_orm.ops.stats import collect_stats, collect_workers
 from sqlq_orm.ops.timeline import job_timeline
 
@@ -85,6 +85,10 @@ def _cases(config: Config, label: str, engine: Engine, rows: int) -> list[Result
         ),
         "job detail (timeline)": lambda: job_timeline(queue, middle),
         "finished_history (overview charts)": lambda: finished_history(queue),
+        "list total (capped count), no filter": lambda: count_capped(queue, JobFilter()),
+        "list total (capped count), worker matching nothing": lambda: count_capped(
+            queue, JobFilter(worker="absent")
+        ),
         "bulk confirm count, status=FAILED type=type_3": lambda: count_matching(
             queue, JobFilter(type="type_3"), ["FAILED"]
         ),

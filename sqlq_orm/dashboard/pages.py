@@ -23,7 +23,7 @@ from sqlq_orm.dashboard.verbs import ACTIONS
 from sqlq_orm.errors import InvalidInput, JobNotFound
 from sqlq_orm.ops.dependencies import waiting_jobs
 from sqlq_orm.ops.history import History, finished_history
-from sqlq_orm.ops.joblist import JobFilter, list_jobs
+from sqlq_orm.ops.joblist import MAX_COUNTED, JobFilter, count_capped, list_jobs
 from sqlq_orm.ops.render.text import STATUS_ORDER
 from sqlq_orm.ops.stats import collect_workers
 from sqlq_orm.ops.timeline import job_timeline
@@ -32,7 +32,44 @@ from sqlq_orm.queue.queue import Queue
 OVERDUE_AFTER_SECONDS = 60
 """A schedule slot this long past is shown as overdue (nothing ticked it), not just due."""
 
-FILTER_PARAMS = ("status", "queue", "type", "error_code", "id", "dedupe_key")
+FILTER_PARAMS = (
+    "status",
+    "queue",
+    "type",
+    "error_code",
+    "id",
+    "dedupe_key",
+    "worker",
+    "created_after",
+    "created_before",
+)
+MOMENT_FORMATS = (
+    "%Y-%m-%d",
+    "%Y-%m-%dT%H:%M",
+    "%Y-%m-%d %H:%M",
+    "%Y-%m-%dT%H:%M:%S",
+    "%Y-%m-%d %H:%M:%S",
+)
+
+
+def parse_moment(name: str, text: str | None) -> int | None:
+    """A UTC moment, ``YYYY-MM-DD[ HH:MM[:SS]]`` (a ``T`` works too), as epoch seconds."""
+    if text is None or not text.strip():
+        return None
+    cleaned = text.strip().removesuffix("Z")
+    for layout in MOMENT_FORMATS:
+        try:
+            return int(datetime.strptime(cleaned, layout).replace(tzinfo=UTC).timestamp())
+        except ValueError:
+            continue
+    raise InvalidInput(f"{name} must be a UTC time like 2026-11-24 09:30, got {text!r}")
+
+
+def format_moment(value: int | None) -> str | None:
+    """The inverse of :func:`parse_moment` (None for None)."""
+    if value is None:
+        return None
+    return datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%d %H:%M:%S").removesuffix(":00")
 
 
 def parse_int(name: str, text: str | None) -> int | None:
@@ -70,6 +107,9 @@ def parse_filter(params: Mapping[str, str]) -> JobFilter:
         error_code=text("error_code"),
         job_id=parse_job_id("id", params.get("id")),
         dedupe_key=text("dedupe_key"),
+        worker=text("worker"),
+        created_after=parse_moment("created_after", params.get("created_after")),
+        created_before=parse_moment("created_before", params.get("created_before")),
     )
 
 
@@ -82,6 +122,9 @@ def filter_params(job_filter: JobFilter) -> dict[str, str]:
         "error_code": job_filter.error_code,
         "id": None if job_filter.job_id is None else str(job_filter.job_id),
         "dedupe_key": job_filter.dedupe_key,
+        "worker": job_filter.worker,
+        "created_after": format_moment(job_filter.created_after),
+        "created_before": format_moment(job_filter.created_before),
     }
     return {k: v for k, v in values.items() if v is not None}
 
@@ -178,7 +221,12 @@ class Pages:
         try:
             job_filter = parse_filter(request.query_params)
             before = parse_job_id("before", request.query_params.get("before"))
-            page = await run_in_threadpool(list_jobs, self.queue, job_filter, before=before)
+            page, total = await run_in_threadpool(
+                lambda: (
+                    list_jobs(self.queue, job_filter, before=before),
+                    count_capped(self.queue, job_filter, cap=MAX_COUNTED),
+                )
+            )
         except InvalidInput as error:
             return self._bad_request(request, error)
         return self.render.page(
@@ -189,6 +237,8 @@ class Pages:
             params=filter_params(job_filter),
             statuses=STATUS_ORDER,
             before=before,
+            total=total,
+            max_counted=MAX_COUNTED,
             # A bulk action is offered only where the filter leaves it something to do.
             bulk_actions=[a for a in ACTIONS.values() if a.statuses_for(job_filter)],
         )
