@@ -87,3 +87,28 @@ def test_screenshots_of_the_main_pages(serve, browser, queue, clock, width, heig
             screenshot(page, f"{page_name}-{label}-{scheme}-{name}")
     finally:
         context.close()
+
+
+def test_the_workers_page_runs_only_the_workers_queries(serve, page, queue):
+    from sqlalchemy import event
+
+    jobs = seed(queue)
+    statements: list[str] = []
+
+    def seen(conn, cursor, statement, parameters, context, executemany):
+        statements.append(statement)
+
+    served = serve()
+    engine = queue.context.engine
+    event.listen(engine, "before_cursor_execute", seen)
+    try:
+        page.goto(served.url + "/workers")
+    finally:
+        event.remove(engine, "before_cursor_execute", seen)
+    assert "w-alive" in page.locator("#workers").inner_text()
+    assert str(jobs.running) in page.locator("#held").inner_text()
+    reads = [s for s in statements if s.lstrip().upper().startswith("SELECT")]
+    # The workers, what each holds, the oldest held (and the clock): not the report's
+    # counts, retries, durations, error codes, throughput or retention.
+    assert len(reads) <= 4, reads
+    assert not any("sqlq_job_attempts" in s for s in reads), reads

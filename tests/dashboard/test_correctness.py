@@ -188,3 +188,39 @@ def test_an_unset_app_column_reads_not_set(serve, page, engine):
     page.goto(serve(app=create_app(engine, models=RENAMED.models)).url + f"/jobs/{job}")
     cell = page.locator("tr.app-column", has_text="tenant_id").locator("td")
     assert cell.inner_text() == "not set"
+
+
+@pytest.mark.browser
+def test_the_jobs_list_has_a_total_and_filters_by_worker_and_time(
+    serve, page, queue, clock, monkeypatch
+):
+    jobs = seed(queue)  # all created at 2023-11-14 22:13:20Z
+    clock.advance(3600)
+    later = queue.enqueue("send_email", {"to": "late@example.com"}).id
+    served = serve()
+    page.goto(served.url + "/jobs")
+    assert page.locator("#total").inner_text() == "6 jobs match (every job)"
+    page.fill("input[name=worker]", "w-alive")
+    page.click("form.filters button")
+    assert "worker=w-alive" in page.url
+    ids = page.locator("#jobs tbody tr td:first-child").all_inner_texts()
+    assert str(later) not in ids and str(jobs.running) in ids
+    page.goto(served.url + "/jobs?created_after=2023-11-14 23:00")
+    assert page.locator("#total").inner_text() == "1 job matches"
+    assert page.locator("#jobs tbody tr td:first-child").all_inner_texts() == [str(later)]
+    assert page.locator("input[name=created_after]").input_value() == "2023-11-14 23:00"
+    page.goto(served.url + "/jobs?created_before=2023-11-14T23:00")
+    assert page.locator("#total").inner_text() == "5 jobs match"
+    response = page.goto(served.url + "/jobs?created_after=yesterday")
+    assert response is not None and response.status == 400
+    assert "created_after must be a UTC time like" in page.locator("#error").inner_text()
+    # A worker on the workers page links to its jobs.
+    page.goto(served.url + "/workers")
+    page.click("#workers >> text=w-alive")
+    assert page.locator("input[name=worker]").input_value() == "w-alive"
+    # The total counts no further than MAX_COUNTED (10,000; 3 here).
+    import sqlq_orm.dashboard.pages as pages
+
+    monkeypatch.setattr(pages, "MAX_COUNTED", 3)
+    page.goto(served.url + "/jobs")
+    assert page.locator("#total").inner_text() == "more than 3 jobs match (every job)"

@@ -244,6 +244,17 @@ class QueueStats:
         return max((q.latency_seconds for q in self.latency), default=0)
 
 
+@dataclass(frozen=True)
+class WorkersReport:
+    """The workers' part of :class:`QueueStats`, as of one instant
+    (:func:`~sqlq_orm.ops.stats.collect_workers`)."""
+
+    now: int
+    workers: list[WorkerView]
+    oldest_held: list[HeldJob]
+    worker_stale_seconds: int
+
+
 def worker_state(last_seen_at: int | None, now: int, stale_seconds: int) -> WorkerState:
     """ALIVE, SILENT (not seen for over ``stale_seconds``) or UNREGISTERED (no row)."""
     if last_seen_at is None:
