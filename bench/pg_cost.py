@@ -28,6 +28,7 @@ which needs a server restart); server CPU is not measured here.
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -128,15 +129,22 @@ def _measure(url: str, admin: Engine, phase: Callable[[sqlq_orm.Queue], None]) -
     event.listen(engine, "commit", on_commit)
     queue = sqlq_orm.Queue(engine)
     before = _server_counters(admin)
-    start = _lsn(admin)
-    counted.statements = counted.transactions = 0  # not the queue's schema check
-    phase(queue)
-    engine.dispose()  # the backends end: their statistics are flushed
-    end = _lsn(admin)
+    with admin.connect() as holder:
+        # A temporary slot keeps the phase's WAL from being recycled by a checkpoint
+        # (a busy shared server) until it is read; it goes with this session.
+        holder.exec_driver_sql(
+            "SELECT pg_create_physical_replication_slot(%s, true, true)",
+            (f"sqlq_cost_{uuid.uuid4().hex[:12]}",),
+        )
+        start = _lsn(admin)
+        counted.statements = counted.transactions = 0  # not the queue's schema check
+        phase(queue)
+        engine.dispose()  # the backends end: their statistics are flushed
+        end = _lsn(admin)
+        counted.wal_bytes, counted.wal_records = _wal_of_this_database(admin, start, end)
     after = _server_counters(admin)
     for name, value in after.items():
         setattr(counted, name, value - before[name])
-    counted.wal_bytes, counted.wal_records = _wal_of_this_database(admin, start, end)
     return counted
 
 

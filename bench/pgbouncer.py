@@ -188,6 +188,10 @@ def run(config: Config) -> list[Result]:
             {
                 "pgbouncer": lambda: _drain(direct, pooled_url, pooling, jobs),
                 "direct": lambda: _drain(direct, direct, {}, jobs),
+                # What the pooler's hop costs, apart from preparing nothing on the server.
+                "direct, unprepared": lambda: _drain(
+                    direct, direct, {"connect_args": {"prepare_threshold": None}}, jobs
+                ),
             },
             config.heavy_reps,
         )
@@ -201,7 +205,17 @@ def run(config: Config) -> list[Result]:
                 runs["direct"],
                 "jobs/s",
                 target_ratio=TARGET_RATIO,
-            )
+            ),
+            compare(
+                NAME,
+                f"Worker drain of {jobs:,} jobs through PgBouncer, against direct without "
+                "server-side prepared statements",
+                runs["pgbouncer"],
+                "direct, prepare_threshold=None",
+                runs["direct, unprepared"],
+                "jobs/s",
+                note="the pooler's hop alone",
+            ),
         ]
         listening = {"transaction_pooling": True, "listen_url": direct}
         reset_postgres(direct).dispose()

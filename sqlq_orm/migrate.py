@@ -93,7 +93,11 @@ def _connection(
                 **({} if schema is None else {"schema_translate_map": {None: schema}}),
             )
             connection.info[_SCHEMA_KEY] = schema
-            yield connection
+            try:
+                yield connection
+            finally:
+                # info outlives this connection in the pool: leave nothing behind.
+                connection.info.pop(_SCHEMA_KEY, None)
     finally:
         if engine is not bind:
             engine.dispose()

@@ -188,7 +188,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         # Every backend; through PgBouncer too for the modules that exercise how
         # connections are used (not all: the suite's time stays in check).
         backends = list(BACKENDS)
-        if module in pgbouncer_support.PGBOUNCER_MODULES:
+        if module in pgbouncer_support.PGBOUNCER_MODULES or _required("SQLQ_PGBOUNCER_EVERYWHERE"):
             backends.append(PGBOUNCER)
         metafunc.parametrize("db_url", backends, indirect=True)
     if "queue" in metafunc.fixturenames and module.startswith("test_service_"):

@@ -135,3 +135,17 @@ def test_the_cli_works_in_the_schema_sqlq_schema_names(
     assert main(["--db", db_url, "stats", "--json"]) == 0
     assert sqlq_orm.Queue(server, schema=first).counts_by_status()["QUEUED"] == 1
     assert "sqlq_jobs" not in sqlalchemy.inspect(server).get_table_names()
+
+
+@servers
+def test_an_enqueue_in_the_callers_session_lands_in_the_queues_schema(server, schemas):
+    from sqlalchemy.orm import Session
+
+    first, _ = schemas
+    migrate.upgrade(server, schema=first)
+    queue = sqlq_orm.Queue(server, schema=first)
+    with Session(server) as session:  # a plain session: no schema translation of its own
+        job = queue.enqueue("echo", {"n": 1}, session=session)
+        session.commit()
+    assert queue.get_job(job.id).status == "QUEUED"
+    assert queue.claim("w")[0].job_id == job.id

@@ -40,7 +40,8 @@ PGBOUNCER_MODULES = frozenset(
 """The modules that also run through PgBouncer: the job's life (enqueue, claim,
 heartbeat, finish, dependencies released), claims side by side, concurrency keys
 (advisory locks), wake-ups across connections, and worker processes (the soak).
-The rest of the suite exercises no other connection behaviour."""
+The rest of the suite exercises no other connection behaviour;
+``SQLQ_PGBOUNCER_EVERYWHERE=1`` runs every module through PgBouncer too (slow)."""
 
 STARTUP_SECONDS = 15.0
 
