@@ -33,11 +33,13 @@ from sqlq_orm.errors import (
     WaitTimeout,
 )
 from sqlq_orm.ops import invariants
+from sqlq_orm.ops.joblist import JobFilter
 from sqlq_orm.ops.retention import PruneResult, RetentionPolicy
 from sqlq_orm.ops.stats import QueueStats
 from sqlq_orm.ops.timeline import JobTimeline, RelatedJob, job_timeline
 from sqlq_orm.queue.queue import Queue
 from sqlq_orm.queue.types import (
+    BulkResult,
     EnqueuedJob,
     JobFailure,
     JobSpec,
@@ -92,6 +94,7 @@ __all__ = [
     "create_async_engine",
     "AttemptStatus",
     "Base",
+    "BulkResult",
     "Clock",
     "DatabaseClock",
     "DedupeConflict",
@@ -112,6 +115,7 @@ __all__ = [
     "JobEventMixin",
     "JobFailed",
     "JobFailure",
+    "JobFilter",
     "JobMixin",
     "JobNotFound",
     "JobResult",

@@ -34,7 +34,14 @@ from sqlq_orm.cli.commands import (
     worker,
 )
 from sqlq_orm.cli.connect import DB_ENV_VAR, DEFAULT_DB_URL
-from sqlq_orm.cli.controls import queue_list, queue_pause, queue_resume
+from sqlq_orm.cli.controls import (
+    jobs_cancel,
+    jobs_discard,
+    jobs_retry,
+    queue_list,
+    queue_pause,
+    queue_resume,
+)
 from sqlq_orm.core import validation
 from sqlq_orm.core.timing import MIN_LEASE_SECONDS
 from sqlq_orm.ops.render.text import printable
@@ -317,6 +324,35 @@ def build_parser() -> argparse.ArgumentParser:
     sub = actions.add_parser("list", help=summary, description=description, parents=[common])
     sub.set_defaults(command=queue_list)
     add_output(sub)
+
+    p = commands.add_parser(
+        "jobs", help="cancel, retry or discard one job or every job a filter matches",
+        parents=[common],
+        description="Cancel, retry or discard one job (JOB_ID) or every job a filter "
+        "matches. With a filter it is a dry run (it counts) unless --yes is given.",
+    )  # fmt: skip
+    actions = p.add_subparsers(title="actions", metavar="ACTION", required=True)
+    for action, bulk in (("cancel", jobs_cancel), ("retry", jobs_retry), ("discard", jobs_discard)):
+        summary, description = command_help(bulk)
+        sub = actions.add_parser(action, help=summary, description=description, parents=[common])
+        sub.set_defaults(command=bulk)
+        sub.add_argument("job_id", type=job_id, nargs="?", metavar="JOB_ID", help="one job")
+        sub.add_argument("--queue", help="only jobs of this queue")
+        sub.add_argument("--type", dest="job_type", metavar="TYPE", help="only jobs of this type")
+        sub.add_argument("--status", help="only jobs in this status")
+        sub.add_argument("--error-code", metavar="CODE", help="only jobs with this error_code")
+        sub.add_argument("--yes", action="store_true", help="act (default: a dry run)")
+        sub.add_argument(
+            "--batch", type=whole_number(1, 100_000), default=500, metavar="N",
+            help="jobs per batch (500)",
+        )  # fmt: skip
+        sub.add_argument(
+            "--max-batches", type=whole_number(1), metavar="N",
+            help="stop after N batches (run again to continue)",
+        )  # fmt: skip
+        if action == "cancel":
+            sub.add_argument("--reason", help="recorded on each CANCELLED event")
+        add_output(sub)
 
     p = add("prune", prune)
     p.add_argument("--dry-run", action="store_true", help="count what is due; delete nothing")

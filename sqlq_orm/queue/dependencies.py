@@ -232,12 +232,17 @@ class Dependencies(QueueCore):
     # ---------------------------------------------------------------- end side
 
     def _parents_ended(
-        self, connection: Connection, ended: Iterable[int], outcome: JobStatus
+        self,
+        connection: Connection,
+        ended: Iterable[int],
+        outcome: JobStatus,
+        cancelled_children: list[int] | None = None,
     ) -> set[str]:
         """Count down or cancel the children of jobs that just ended as ``outcome``.
 
         Runs in the ending transaction. Returns the queues that got a job (for the
-        caller to wake workers after commit; the NOTIFY is sent here).
+        caller to wake workers after commit; the NOTIFY is sent here). The ids of the
+        descendants it cancelled are appended to ``cancelled_children`` when given.
         """
         if not self.sql.has_dependencies:
             return set()
@@ -245,6 +250,8 @@ class Dependencies(QueueCore):
         frontier = sorted(set(ended))
         while frontier:
             cancelled = self._release_children(connection, frontier, outcome, woken)
+            if cancelled_children is not None:
+                cancelled_children.extend(cancelled)
             frontier, outcome = cancelled, JobStatus.CANCELLED
         if woken:
             self._announce_jobs(connection, woken)

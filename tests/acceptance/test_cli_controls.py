@@ -41,3 +41,41 @@ def test_queue_pause_stops_claims_until_resume_and_list_shows_it(migrated_url): 
 def test_queue_pause_of_a_bad_name_is_one_error_line(migrated_url):  # noqa: F811
     line = one_error_line(sqlq("--db", migrated_url, "queue", "pause", "x" * 101))
     assert "name" in line
+
+
+def test_jobs_actions_by_filter_are_dry_runs_until_yes(migrated_url):  # noqa: F811
+    queue = queue_on(migrated_url)
+    ids = [queue.enqueue("digest", queue="mail").id for _ in range(3)]
+    other = queue.enqueue("digest").id
+
+    dry = sqlq("--db", migrated_url, "jobs", "cancel", "--queue", "mail")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.startswith("3 job(s) match; nothing done (dry run)")
+    assert [queue.get_job(i).status for i in ids] == ["QUEUED"] * 3
+
+    done = sqlq("--db", migrated_url, "jobs", "cancel", "--queue", "mail", "--yes",
+                "--reason", "vendor down")  # fmt: skip
+    assert done.stdout.strip() == "cancelled 3 job(s)"
+    retried = sqlq(
+        "--db", migrated_url, "jobs", "retry", "--status", "cancelled", "--type", "digest",
+        "--yes", "--batch", "2", "--json",
+    )  # fmt: skip
+    result = json.loads(retried.stdout)
+    assert (result["acted"], result["batches"], result["complete"]) == (3, 2, True)
+    discarded = sqlq("--db", migrated_url, "jobs", "discard", "--queue", "mail", "--yes")
+    assert discarded.stdout.strip() == "discarded 3 job(s)"
+    single = sqlq("--db", migrated_url, "jobs", "discard", str(other))
+    assert single.stdout.strip() == "discarded 1 job(s)"
+    assert queue.counts_by_status()["QUEUED"] == 0
+    queue.engine.dispose()
+
+
+def test_jobs_without_a_target_or_with_a_status_the_action_skips_is_one_error_line(
+    migrated_url,  # noqa: F811
+):
+    assert "name the jobs to discard" in one_error_line(
+        sqlq("--db", migrated_url, "jobs", "discard")
+    )
+    assert "not SUCCEEDED" in one_error_line(
+        sqlq("--db", migrated_url, "jobs", "cancel", "--status", "succeeded")
+    )

@@ -49,7 +49,7 @@ def test_a_paused_queue_stops_starting_jobs_within_a_second_and_resumes(live_que
                 before = len(starts)
             latencies.append(max(late, default=0.0))
             live_queue.resume_queue("default")
-            wait_until(lambda: len(starts) >= before + 20, "jobs after the resume", timeout=10)
+            wait_until(lambda n=before: len(starts) >= n + 20, "jobs after the resume", timeout=10)
     print(f"\nlast start after a pause, seconds: {[round(x, 3) for x in latencies]}")
     assert max(latencies) <= PAUSE_LIMIT, f"starts after the pause, seconds: {latencies}"
     assert sqlq_orm.invariants.check(live_queue) == []

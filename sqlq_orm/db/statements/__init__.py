@@ -16,6 +16,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from sqlq_orm.db.backends import Backend
 from sqlq_orm.db.statements.admin import AdminStatements
 from sqlq_orm.db.statements.base import ACTIVE_VALUES, HELD_VALUES
+from sqlq_orm.db.statements.bulk import BulkStatements
 from sqlq_orm.db.statements.claim import ClaimStatements, row_number
 from sqlq_orm.db.statements.controls import ControlStatements
 from sqlq_orm.db.statements.dependencies import DependencyStatements
@@ -37,6 +38,7 @@ class Statements(
     ScheduleStatements,
     DependencyStatements,
     ControlStatements,
+    BulkStatements,
 ):
     """Every statement the queue runs, prebuilt for one set of tables and one clock."""
 
@@ -51,6 +53,7 @@ class Statements(
         self._build_sweep()
         self._build_admin()
         self._build_schedules()
+        self._build_bulk()
 
 
 __all__ = ["ACTIVE_VALUES", "HELD_VALUES", "Statements", "Tables", "row_number"]

@@ -238,3 +238,7 @@ class AsyncQueue:
     resume_queue = awaited(Queue.resume_queue)
     paused_queues = awaited(Queue.paused_queues)
     queue_states = awaited(Queue.queue_states)
+    discard = awaited(Queue.discard)
+    cancel_jobs = awaited(Queue.cancel_jobs)
+    retry_jobs = awaited(Queue.retry_jobs)
+    discard_jobs = awaited(Queue.discard_jobs)
