@@ -1,7 +1,7 @@
 """Operator controls: the sqlq_queues table (paused queues).
 
 Revision ID: sqlq_0009
-Revises: sqlq_0005
+Revises: sqlq_0007
 Create Date: 2026-11-24
 
 A new table only, written out through Alembic's portable operations like sqlq_0002;
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "sqlq_0009"
-down_revision: str | Sequence[str] | None = "sqlq_0005"
+down_revision: str | Sequence[str] | None = "sqlq_0007"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
