@@ -23,6 +23,7 @@ from sqlq_orm.errors import (
     JobNotFound,
     LeaseLost,
     MaxRuntimeExceeded,
+    ParentNotSucceeded,
     SqlqError,
     SqlqWarning,
 )
@@ -91,6 +92,7 @@ __all__ = [
     "HandlersStuck",
     "InvalidInput",
     "InvalidTransition",
+    "ParentNotSucceeded",
     "Job",
     "JobAttempt",
     "JobAttemptMixin",
