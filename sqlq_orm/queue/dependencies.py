@@ -136,16 +136,22 @@ class Dependencies(QueueCore):
         wanted = sorted({i for request in requests if request for i in request[0]})
         if not wanted:
             return [None] * len(requests)
-        params = {"p_ids": wanted}
-        found = {row.id for row in connection.execute(self.sql.lock_parents, params)}
+        # In chunks (ascending, so the locks are still taken in id order): an
+        # enqueue_many may name any number of parents.
+        found: set[int] = set()
+        for chunk in chunked(wanted):
+            found.update(
+                row.id for row in connection.execute(self.sql.lock_parents, {"p_ids": chunk})
+            )
         missing = [i for i in wanted if i not in found]
         if missing:
-            raise InvalidInput(f"depends_on names jobs that do not exist: {missing}")
-        connection.execute(self.sql.flag_parents, params)
-        statuses = {
-            row.id: JobStatus(row.status)
-            for row in connection.execute(self.sql.parent_states, params)
-        }
+            more = f" and {len(missing) - 20} more" if len(missing) > 20 else ""
+            raise InvalidInput(f"depends_on names jobs that do not exist: {missing[:20]}{more}")
+        statuses: dict[int, JobStatus] = {}
+        for chunk in chunked(wanted):
+            connection.execute(self.sql.flag_parents, {"p_ids": chunk})
+            for row in connection.execute(self.sql.parent_states, {"p_ids": chunk}):
+                statuses[row.id] = JobStatus(row.status)
         plans: list[ParentPlan | None] = []
         for request in requests:
             if request is None:
