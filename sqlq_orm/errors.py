@@ -74,6 +74,22 @@ class InvalidTransition(SqlqError):
         super().__init__(f"cannot {action} job {job_id}: it is {status}")
 
 
+class ParentNotSucceeded(InvalidTransition):
+    """A retry of a job whose parent ended FAILED or CANCELLED, under the ``cancel``
+    policy: the job could only wait for a parent that will never succeed. Retry the
+    parent first, or retry it with ``with_dependents=True`` to bring this job back too."""
+
+    def __init__(self, job_id: int, status: str, parent_id: int, parent_status: str) -> None:
+        self.parent_id = parent_id
+        self.parent_status = parent_status
+        super().__init__(job_id, status, "retry")
+        self.args = (
+            f"cannot retry job {job_id}: its parent job {parent_id} is {parent_status}, and "
+            f"job {job_id} runs only once that parent succeeded; retry the parent first, or "
+            f"retry({parent_id}, with_dependents=True) to bring job {job_id} back with it",
+        )
+
+
 class DedupeConflict(SqlqError):
     """A dedupe key is held by an unfinished job of another type or queue.
 

@@ -299,10 +299,17 @@ def cancel(
     return 0
 
 
-def retry(db: str | None, job_id: int, models: str | None = None) -> int:
-    """Requeue a FAILED or CANCELLED job now, with a fresh retry budget."""
-    open_queue(db, models=models).retry(job_id, actor="cli")
-    print(f"requeued job {job_id}")
+def retry(
+    db: str | None, job_id: int, with_dependents: bool = False, models: str | None = None
+) -> int:
+    """Requeue a FAILED or CANCELLED job now, with a fresh retry budget (WAITING if it
+    still waits for parents); ``--with-dependents`` brings back the jobs cancelled
+    because it failed."""
+    queue = open_queue(db, models=models)
+    retried = queue.retry(job_id, actor="cli", with_dependents=with_dependents)
+    for retried_id in retried:
+        status = queue.get_job(retried_id).status
+        print(f"requeued job {retried_id}" + ("" if status == "QUEUED" else f" ({status})"))
     return 0
 
 

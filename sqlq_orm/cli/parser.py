@@ -290,6 +290,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("job_id", type=job_id, metavar="JOB_ID")
         if name == "cancel":
             p.add_argument("--reason", help="recorded on the CANCELLED event")
+        if name == "retry":
+            p.add_argument(
+                "--with-dependents", action="store_true",
+                help="also bring back the jobs cancelled because this one failed "
+                "(DEPENDENCY:FAILED), each waiting for its parents",
+            )  # fmt: skip
         if name == "show":
             add_output(p)
 

@@ -64,6 +64,10 @@ class Outcome:
 def apply(queue: Queue, action: Action, ids: list[int]) -> Outcome:
     """Run the action on each id; a job that changed meanwhile is skipped, with why."""
     outcome = Outcome(done=[], skipped=[])
+    if action.name == "retry":
+        # Oldest first: a parent is always older than its child, so a child retried
+        # with its parent finds the parent back in the queue and waits for it.
+        ids = sorted(ids)
     for job_id in ids:
         try:
             if action.name == "retry":

@@ -22,6 +22,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from sqlq_orm.db.context import HasContext, QueueContext, context_of
 from sqlq_orm.errors import InvalidInput
+from sqlq_orm.ops import dependency_order
 from sqlq_orm.schema.states import (
     ACTIVE,
     ANNOTATIONS,
@@ -72,7 +73,7 @@ INVARIANTS: dict[str, str] = {
     "dependent_ran_after_its_parents": (
         "a job that was claimed, ran or finished by running (CLAIMED, RUNNING, SUCCEEDED, "
         "or FAILED with attempts) has every parent it waits for under the cancel policy "
-        "SUCCEEDED (unless a person retried it)"
+        "SUCCEEDED (a retried job waits for its parents like a new one)"
     ),
     "waiting_job_has_unmet_parents": (
         "a WAITING job has a parent it still waits for (not SUCCEEDED, or under the run "
@@ -90,6 +91,7 @@ INVARIANTS: dict[str, str] = {
         "no row of any table references a missing row (SQLite lets one through when a "
         "connection wrote with foreign keys off, e.g. an engine without sqlq's settings)"
     ),
+    **dependency_order.INVARIANTS,
 }
 """Every invariant the checker knows, by name, with what it requires."""
 
@@ -137,9 +139,16 @@ def check(target: QueueContext | HasContext | Engine) -> list[Violation]:
         violations.extend(_replay_events(connection, tables.jobs, tables.events))
         violations.extend(_schedule_problems(connection, tables.events, tables.schedules))
         if tables.dependencies is not None:
-            for name, query in _dependency_checks(tables.jobs, tables.events, tables.dependencies):
+            for name, query in _dependency_checks(tables.jobs, tables.dependencies):
                 for row in connection.execute(query):
                     violations.append(Violation(name, row[0], _describe(row)))
+            found = [
+                *dependency_order.order_problems(
+                    connection, tables.jobs, tables.events, tables.dependencies
+                ),
+                *dependency_order.count_problems(connection, tables.jobs, tables.dependencies),
+            ]
+            violations.extend(Violation(*problem) for problem in found)
         violations.extend(_foreign_key_problems(context, connection))
     violations.sort(key=lambda v: (v.job_id is None, v.job_id or 0, v.invariant))
     return violations
@@ -352,9 +361,10 @@ def _row_checks(jobs: Table, attempts: Table, events: Table) -> list[tuple[str, 
     ]
 
 
-def _dependency_checks(jobs: Table, events: Table, dependencies: Table) -> list[tuple[str, Any]]:
-    """The dependency graph's invariants, one query each (``job_id`` first)."""
-    j, e, d = jobs.c, events.c, dependencies.c
+def _dependency_checks(jobs: Table, dependencies: Table) -> list[tuple[str, Any]]:
+    """The dependency graph's snapshot invariants, one query each (``job_id`` first);
+    those that need the events' order are in :mod:`sqlq_orm.ops.dependency_order`."""
+    j, d = jobs.c, dependencies.c
     parent = jobs.alias("parent")
     p = parent.c
     cancel_edge = d.on_parent_failure == "cancel"
@@ -375,7 +385,6 @@ def _dependency_checks(jobs: Table, events: Table, dependencies: Table) -> list[
     )
     graph = jobs.outerjoin(edges, edges.c.job_id == j.id)
     waiting = j.status == JobStatus.WAITING.value
-    retried_by_hand = select(e.id).where(e.job_id == j.id, e.event == Event.RETRIED.value).exists()
     ran = or_(
         j.status.in_([*_HELD, JobStatus.SUCCEEDED.value]),
         and_(j.status == JobStatus.FAILED.value, j.attempt_count > 0),
@@ -385,7 +394,7 @@ def _dependency_checks(jobs: Table, events: Table, dependencies: Table) -> list[
             "dependent_ran_after_its_parents",
             select(j.id.label("job_id"), j.status, edges.c.parent.label("unfinished_parent"))
             .select_from(graph)
-            .where(ran, edges.c.early > 0, ~retried_by_hand),
+            .where(ran, edges.c.early > 0),
         ),
         (
             "waiting_job_has_unmet_parents",
@@ -518,7 +527,7 @@ def replay_problem(timeline: Sequence[str], status: str) -> str | None:
         if transition is not None:
             if not states & transition.sources:
                 return f"event #{index} {name} is not allowed from {_names(states)}"
-            states = {transition.target}
+            states = set(transition.targets)
             continue
         if event not in ANNOTATIONS:
             return f"event #{index} {name} cannot happen after the job exists"

@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Delete, delete, func, select
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql import Select
 from sqlalchemy.sql.dml import ReturningDelete
 
@@ -39,6 +41,8 @@ from sqlq_orm.db.backends import Backend
 from sqlq_orm.db.context import HasContext, QueueContext, context_of
 from sqlq_orm.db.tables import Tables
 from sqlq_orm.errors import InvalidInput, SqlqError
+from sqlq_orm.ops import app_references
+from sqlq_orm.ops.app_references import AppReference
 from sqlq_orm.schema.states import Event, JobStatus
 
 log = logging.getLogger("sqlq_orm")
@@ -137,6 +141,12 @@ class PruneResult:
     """False when ``max_batches`` stopped the run before the policy was satisfied."""
     cutoffs: dict[str, int | None]
     """Per status: jobs finished before this were due (None: kept forever)."""
+    held_back: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Due jobs kept because app rows reference them, per ``table.column`` of a foreign
+    key without ``ON DELETE`` (and ``"(refused by the database)"`` for jobs whose delete
+    was refused through a key prune could not see)."""
+    held_back_reason: str = ""
+    """Why those jobs were kept and what to do about it ("" when none were)."""
 
     @property
     def total_jobs(self) -> int:
@@ -151,7 +161,42 @@ class PruneQueries:
         self.dialect = dialect
         """The database's backend; None: a LIMIT subquery as PostgreSQL and SQLite take it."""
 
-    def delete_jobs(self, status: str, cutoff: int, batch_size: int) -> Delete:
+    def due_ids(
+        self,
+        status: str,
+        cutoff: int,
+        batch_size: int,
+        references: Sequence[AppReference] = (),
+        skip: Collection[int] = (),
+    ) -> Select[Any]:
+        """The ids of the oldest ``batch_size`` due jobs no app row references (and
+        none of ``skip``, jobs whose delete the database refused in this run)."""
+        j = self.tables.jobs.c
+        keep_out = [*app_references.unreferenced(list(references), j.id)]
+        if skip:
+            keep_out.append(j.id.not_in(sorted(skip)))
+        return (
+            select(j.id)
+            .where(j.status == status, j.finished_at < cutoff, *keep_out)
+            .order_by(j.finished_at)
+            .limit(batch_size)
+        )
+
+    def delete_job(self, job_id: int, status: str, cutoff: int) -> Delete:
+        """One job, if it is still due (the fallback when a batch was refused)."""
+        j = self.tables.jobs.c
+        return delete(self.tables.jobs).where(
+            j.id == job_id, j.status == status, j.finished_at < cutoff
+        )
+
+    def delete_jobs(
+        self,
+        status: str,
+        cutoff: int,
+        batch_size: int,
+        references: Sequence[AppReference] = (),
+        skip: Collection[int] = (),
+    ) -> Delete:
         """One batch: the oldest ``batch_size`` due jobs, found on ``ix_*_finished``.
 
         The status and cutoff are checked again by the DELETE itself, not only by the
@@ -164,14 +209,20 @@ class PruneQueries:
         jobs = self.tables.jobs
         j = jobs.c
         due = (j.status == status, j.finished_at < cutoff)
-        victims = select(j.id).where(*due).order_by(j.finished_at).limit(batch_size)
+        victims = self.due_ids(status, cutoff, batch_size, references, skip)
         if self.dialect is not None:
             victims = self.dialect.limited_in_subquery(victims)
         return delete(jobs).where(j.id.in_(victims), *due)
 
-    def count_jobs(self, status: str, cutoff: int) -> Select[Any]:
+    def count_jobs(
+        self, status: str, cutoff: int, references: Sequence[AppReference] = ()
+    ) -> Select[Any]:
         j = self.tables.jobs.c
-        return select(func.count()).where(j.status == status, j.finished_at < cutoff)
+        return select(func.count()).where(
+            j.status == status,
+            j.finished_at < cutoff,
+            *app_references.unreferenced(list(references), j.id),
+        )
 
     def _heartbeats(self, cutoff: int) -> list[Any]:
         e = self.tables.events.c
@@ -264,8 +315,11 @@ def prune(
     heartbeat_cutoff = _cutoff(policy.heartbeat_event_days, now)
     worker_cutoff = _cutoff(policy.worker_days, now)
 
+    with context.read() as connection:
+        references = app_references.blocking(connection, context.tables.jobs)
+
     if dry_run:
-        return _count_due(context, q, now, cutoffs, heartbeat_cutoff, worker_cutoff)
+        return _count_due(context, q, now, cutoffs, heartbeat_cutoff, worker_cutoff, references)
 
     workers = 0
     if worker_cutoff is not None:
@@ -273,6 +327,7 @@ def prune(
             workers = connection.execute(q.delete_workers(worker_cutoff)).rowcount
 
     deleted = dict.fromkeys(cutoffs, 0)
+    skip: set[int] = set()
     heartbeats = 0
     batches = 0
     complete = True
@@ -287,13 +342,24 @@ def prune(
             if not budget_left():
                 complete = False
                 break
-            with context.write() as connection:
-                _require_cascade(connection)
-                count = connection.execute(q.delete_jobs(status, cutoff, batch_size)).rowcount
+            refused: list[int] = []
+            try:
+                with context.write() as connection:
+                    _require_cascade(connection)
+                    count = connection.execute(
+                        q.delete_jobs(status, cutoff, batch_size, references, skip)
+                    ).rowcount
+            except IntegrityError:
+                # A reference the reflection did not see (another schema, or an app
+                # row written since): this batch job by job, keeping the refused ones.
+                count, refused = _delete_each(
+                    context, q, status, cutoff, batch_size, references, skip
+                )
+                skip.update(refused)
             if count:
                 batches += 1
                 deleted[status] += count
-            if count < batch_size:
+            if count + len(refused) < batch_size:
                 break
 
     if heartbeat_cutoff is not None:
@@ -315,6 +381,9 @@ def prune(
             if len(ids) < batch_size:
                 break
 
+    held_back = _held_back(context, q, cutoffs, references)
+    if skip:
+        held_back[REFUSED] = len(skip)
     result = PruneResult(
         now=now,
         dry_run=False,
@@ -324,7 +393,11 @@ def prune(
         batches=batches,
         complete=complete,
         cutoffs=cutoffs,
+        held_back=held_back,
+        held_back_reason=_reason(held_back),
     )
+    if held_back:
+        log.warning("prune: %s", result.held_back_reason)
     if result.total_jobs or heartbeats or workers:
         log.info(
             "prune: deleted %s job(s) %s, %d heartbeat event(s), %d worker(s) in %d batch(es)%s",
@@ -334,6 +407,64 @@ def prune(
     return result
 
 
+REFUSED = "(refused by the database)"
+"""Key of :attr:`PruneResult.held_back` for jobs whose delete failed on a reference
+the reflection did not find."""
+
+
+def _delete_each(
+    context: QueueContext,
+    q: PruneQueries,
+    status: str,
+    cutoff: int,
+    batch_size: int,
+    references: Sequence[AppReference],
+    skip: Collection[int],
+) -> tuple[int, list[int]]:
+    """One batch, a savepoint per job: returns (deleted, ids the database refused)."""
+    deleted = 0
+    refused: list[int] = []
+    with context.write() as connection:
+        _require_cascade(connection)
+        ids = connection.execute(q.due_ids(status, cutoff, batch_size, references, skip))
+        for job_id in ids.scalars().all():
+            try:
+                with connection.begin_nested():
+                    deleted += connection.execute(q.delete_job(job_id, status, cutoff)).rowcount
+            except IntegrityError:
+                refused.append(job_id)
+    return deleted, refused
+
+
+def _held_back(
+    context: QueueContext,
+    q: PruneQueries,
+    cutoffs: dict[str, int | None],
+    references: Sequence[AppReference],
+) -> dict[str, int]:
+    """Due jobs app rows keep, per reference (nothing to read without references)."""
+    held: dict[str, int] = {}
+    if not references:
+        return held
+    j = context.tables.jobs.c
+    with context.read() as connection:
+        for status, cutoff in cutoffs.items():
+            if cutoff is None:
+                continue
+            due = [j.status == status, j.finished_at < cutoff]
+            found = app_references.count_referenced(
+                connection, list(references), context.tables.jobs, due
+            )
+            for name, count in found.items():
+                held[name] = held.get(name, 0) + count
+    return held
+
+
+def _reason(held_back: dict[str, int]) -> str:
+    seen = {name: count for name, count in held_back.items() if name != REFUSED}
+    return app_references.reason(seen, held_back.get(REFUSED, 0))
+
+
 def _count_due(
     context: QueueContext,
     q: PruneQueries,
@@ -341,12 +472,14 @@ def _count_due(
     cutoffs: dict[str, int | None],
     heartbeat_cutoff: int | None,
     worker_cutoff: int | None,
+    references: Sequence[AppReference] = (),
 ) -> PruneResult:
+    held_back = _held_back(context, q, cutoffs, references)
     with context.read() as connection:
         jobs = {
             status: 0
             if cutoff is None
-            else int(connection.execute(q.count_jobs(status, cutoff)).scalar_one())
+            else int(connection.execute(q.count_jobs(status, cutoff, references)).scalar_one())
             for status, cutoff in cutoffs.items()
         }
         heartbeats = 0
@@ -364,6 +497,8 @@ def _count_due(
         batches=0,
         complete=True,
         cutoffs=cutoffs,
+        held_back=held_back,
+        held_back_reason=_reason(held_back),
     )
 
 

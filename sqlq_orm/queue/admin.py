@@ -10,15 +10,16 @@ from sqlalchemy.orm import selectinload
 
 from sqlq_orm.core import error_codes, validation
 from sqlq_orm.errors import (
+    InvalidInput,
     InvalidTransition,
     JobNotFound,
 )
 from sqlq_orm.queue.core import SYSTEM_ACTOR, retry_if_rolled_back
-from sqlq_orm.queue.dependencies import Dependencies
+from sqlq_orm.queue.retries import RetryPlanning
 from sqlq_orm.schema.states import TERMINAL, AttemptStatus, Event, JobStatus
 
 
-class Administration(Dependencies):
+class Administration(RetryPlanning):
     """What an operator does to a job by its id, and what they read."""
 
     def cancel(self, job_id: int, *, actor: str = SYSTEM_ACTOR, reason: str | None = None) -> None:
@@ -63,35 +64,65 @@ class Administration(Dependencies):
         return len(dependents)
 
     @retry_if_rolled_back
-    def retry(self, job_id: int, *, actor: str = SYSTEM_ACTOR) -> None:
+    def retry(
+        self, job_id: int, *, actor: str = SYSTEM_ACTOR, with_dependents: bool = False
+    ) -> list[int]:
         """Requeue a FAILED or CANCELLED job now, with a fresh retry budget.
 
-        Its attempts and events stay; the next run is a new attempt number. Jobs that
-        were cancelled because this one failed (``DEPENDENCY:FAILED``) stay cancelled:
-        retry them too if they should run.
+        Its attempts and events stay; the next run is a new attempt number. A job
+        with parents (``depends_on``) that have not all settled as it needs goes back
+        WAITING for them instead of QUEUED (its RETRIED event lists them); if a parent
+        it needs to succeed ended FAILED or CANCELLED, the retry is refused with
+        :class:`~sqlq_orm.errors.ParentNotSucceeded` (retry that parent first). Jobs
+        that were cancelled because this one failed (``DEPENDENCY:FAILED``) stay
+        cancelled, unless ``with_dependents``: then they (and theirs, transitively)
+        come back too, each WAITING for its parents; one that another failed parent
+        still holds stays cancelled. One transaction. Returns the ids retried: this
+        job's first, then the dependents brought back, in id order.
         """
         validation.job_id(job_id)
+        if not isinstance(with_dependents, bool):
+            raise InvalidInput(f"with_dependents must be True or False, got {with_dependents!r}")
         with self._write() as connection:
-            status, _, _ = self._locked_status(connection, job_id)
-            if status not in (JobStatus.FAILED, JobStatus.CANCELLED):
-                raise InvalidTransition(job_id, status.value, "retry")
-            try:
-                with connection.begin_nested():
-                    rows, _ = self.sql.run_returning(
-                        connection,
-                        self.sql.manual_retry,
-                        {"p_id": job_id, "p_status": status.value},
+            plans = self._retry_plans(connection, job_id, with_dependents)
+            queues: set[str] = set()
+            events = []
+            for plan in plans:
+                try:
+                    with connection.begin_nested():
+                        rows, _ = self.sql.run_returning(
+                            connection,
+                            self.sql.manual_retry,
+                            {"p_id": plan.job_id, "p_status": plan.was.value},
+                        )
+                        (queue,) = rows[0]
+                except IntegrityError:
+                    raise InvalidTransition(
+                        plan.job_id,
+                        plan.was.value,
+                        "retry (another unfinished job has its dedupe_key)",
+                    ) from None
+                detail: dict[str, object] = {"was": plan.was.value}
+                if plan.brought_by is not None:
+                    detail["with"] = plan.brought_by
+                if plan.waiting_for:
+                    detail["waiting_for"] = plan.waiting_for
+                    connection.execute(
+                        self.sql.hold_waiting,
+                        {"p_id": plan.job_id, "p_pending": len(plan.waiting_for)},
                     )
-                    (queue,) = rows[0]
-            except IntegrityError:
-                raise InvalidTransition(
-                    job_id, status.value, "retry (another unfinished job has its dedupe_key)"
-                ) from None
-            self._write_events(
-                connection, [self._event(job_id, Event.RETRIED, actor, {"was": status.value})]
-            )
-            self._announce_jobs(connection, [queue])
-        self._wake_workers(None, [queue])
+                else:
+                    queues.add(queue)
+                events.append(self._event(plan.job_id, Event.RETRIED, actor, detail))
+            self._write_events(connection, events)
+            # Children still WAITING that counted these jobs as finished (``run``)
+            # wait for them again.
+            self._settle_children_of(connection, [plan.job_id for plan in plans])
+            if queues:
+                self._announce_jobs(connection, queues)
+        if queues:
+            self._wake_workers(None, queues)
+        return [plan.job_id for plan in plans]
 
     def _locked_status(
         self, connection: Connection, job_id: int

@@ -4,10 +4,12 @@ A child whose parents have not all SUCCEEDED is created WAITING, with an edge pe
 parent in the dependencies table and ``pending_parents`` counting the parents it still
 needs. Every path that ends a job (succeed, a final fail, the sweeper, cancel) calls
 :meth:`Dependencies._parents_ended` in its own transaction: each child is locked (in
-id order), then either counted down, and queued with a DEPENDENCIES_MET event when
-nothing is left, or, when a parent ended FAILED or CANCELLED and the child's policy is
-``cancel``, cancelled with ``DEPENDENCY:FAILED`` and a CANCELLED event naming the parent;
-its own children follow in the same transaction.
+id order), its parents are read again and its count recomputed from them (never
+counted down: each edge settles once, however often a parent ends), and it is
+queued with a DEPENDENCIES_MET event when nothing is left, or, when a parent it waits
+for under ``cancel`` ended FAILED or CANCELLED, cancelled with ``DEPENDENCY:FAILED``
+and a CANCELLED event naming the parent; its own children follow in the same
+transaction. A manual retry recounts the children of the job it brings back.
 
 The graph has no cycles: a parent must exist before its child is enqueued, and a job's
 parents never change afterwards.
@@ -15,7 +17,7 @@ parents never change afterwards.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +57,43 @@ def parent_failure_policy(value: object) -> str:
     if value not in POLICIES:
         raise InvalidInput(f"on_parent_failure must be one of {list(POLICIES)}, got {value!r}")
     return str(value)
+
+
+CHUNK = 900
+"""Job ids named per statement when working through a parent's children: under every
+database's bind-parameter limit (SQLite's oldest default is 999, PostgreSQL's 65,535),
+so a parent with any number of children can end."""
+
+
+def chunked(ids: Sequence[int]) -> Iterator[list[int]]:
+    """``ids`` in consecutive lists of at most :data:`CHUNK` (order kept)."""
+    for start in range(0, len(ids), CHUNK):
+        yield list(ids[start : start + CHUNK])
+
+
+def settle(
+    edges: Iterable[tuple[int, str, str]], prefer: Collection[int] = ()
+) -> tuple[tuple[int, str] | None, int]:
+    """What a child's parents, as they are now, mean for it.
+
+    ``edges`` are ``(parent, policy, parent's status)``. Returns ``(failed, pending)``:
+    a parent it waits for under ``cancel`` that ended FAILED or CANCELLED, as
+    ``(id, status)`` (one in ``prefer`` first, then the lowest id), or None; and how
+    many parents it still waits for (not SUCCEEDED under ``cancel``, not finished
+    under ``run``). Pure: the same rule for an end, a retry and the checker.
+    """
+    failed: list[tuple[int, str]] = []
+    pending = 0
+    for parent, policy, status in edges:
+        state = JobStatus(status)
+        if policy == "run":
+            pending += state not in TERMINAL
+            continue
+        pending += state is not JobStatus.SUCCEEDED
+        if state in _FAILED_ENDS:
+            failed.append((parent, state.value))
+    failed.sort(key=lambda found: (found[0] not in prefer, found[0]))
+    return (failed[0] if failed else None), pending
 
 
 @dataclass(frozen=True)
@@ -97,24 +136,31 @@ class Dependencies(QueueCore):
         wanted = sorted({i for request in requests if request for i in request[0]})
         if not wanted:
             return [None] * len(requests)
-        params = {"p_ids": wanted}
-        # Flag the parents that have no child yet (an exclusive lock, once per parent),
-        # then share-lock them all (see DependencyStatements: the lock that holds off a
-        # parent's end without stalling the worker renewing its lease).
-        unflagged = connection.execute(self.sql.unflagged_parents, params).scalars().all()
-        if unflagged:
-            to_flag = {"p_ids": sorted(unflagged)}
-            locked = connection.execute(self.sql.lock_unflagged_parents, to_flag).scalars().all()
-            if locked:
-                connection.execute(self.sql.flag_parents, {"p_ids": list(locked)})
-        found = {row.id for row in connection.execute(self.sql.lock_parents, params)}
+        # In chunks (ascending, so the locks are still taken in id order): an
+        # enqueue_many may name any number of parents. Flag the parents that have no
+        # child yet (an exclusive lock, once per parent), then share-lock them all (see
+        # DependencyStatements: the lock that holds off a parent's end without stalling
+        # the worker renewing its lease).
+        found: set[int] = set()
+        for chunk in chunked(wanted):
+            params = {"p_ids": chunk}
+            unflagged = connection.execute(self.sql.unflagged_parents, params).scalars().all()
+            if unflagged:
+                to_flag = {"p_ids": sorted(unflagged)}
+                locked = (
+                    connection.execute(self.sql.lock_unflagged_parents, to_flag).scalars().all()
+                )
+                if locked:
+                    connection.execute(self.sql.flag_parents, {"p_ids": list(locked)})
+            found.update(row.id for row in connection.execute(self.sql.lock_parents, params))
         missing = [i for i in wanted if i not in found]
         if missing:
-            raise InvalidInput(f"depends_on names jobs that do not exist: {missing}")
-        statuses = {
-            row.id: JobStatus(row.status)
-            for row in connection.execute(self.sql.parent_states, params)
-        }
+            more = f" and {len(missing) - 20} more" if len(missing) > 20 else ""
+            raise InvalidInput(f"depends_on names jobs that do not exist: {missing[:20]}{more}")
+        statuses: dict[int, JobStatus] = {}
+        for chunk in chunked(wanted):
+            for row in connection.execute(self.sql.parent_states, {"p_ids": chunk}):
+                statuses[row.id] = JobStatus(row.status)
         plans: list[ParentPlan | None] = []
         for request in requests:
             if request is None:
@@ -238,60 +284,101 @@ class Dependencies(QueueCore):
         outcome: JobStatus,
         cancelled_children: list[int] | None = None,
     ) -> set[str]:
-        """Count down or cancel the children of jobs that just ended as ``outcome``.
+        """Queue, recount or cancel the children of jobs that just ended as ``outcome``.
 
-        Runs in the ending transaction. Returns the queues that got a job (for the
-        caller to wake workers after commit; the NOTIFY is sent here). The ids of the
-        descendants it cancelled are appended to ``cancelled_children`` when given.
+        Runs in the ending transaction. Each child's parents are read again under its
+        lock (``outcome`` is not trusted for it), so a parent that ends twice (failed,
+        retried by hand, then succeeded) is never counted twice. Returns the queues
+        that got a job (for the caller to wake workers after commit; the NOTIFY is
+        sent here). The ids of the descendants it cancelled are appended to
+        ``cancelled_children`` when given.
         """
+        return self._settle_children_of(connection, ended, cancelled_children)
+
+    def _settle_children_of(
+        self,
+        connection: Connection,
+        jobs: Iterable[int],
+        cancelled_children: list[int] | None = None,
+    ) -> set[str]:
+        """Bring every WAITING child of ``jobs`` in line with its parents as they are
+        now (and theirs, transitively, for the children this cancels)."""
         if not self.sql.has_dependencies:
             return set()
         woken: set[str] = set()
-        frontier = sorted(set(ended))
+        frontier = sorted(set(jobs))
         while frontier:
-            cancelled = self._release_children(connection, frontier, outcome, woken)
+            frontier = self._settle_children(connection, frontier, woken)
             if cancelled_children is not None:
-                cancelled_children.extend(cancelled)
-            frontier, outcome = cancelled, JobStatus.CANCELLED
+                cancelled_children.extend(frontier)
         if woken:
             self._announce_jobs(connection, woken)
         return woken
 
-    def _release_children(
-        self, connection: Connection, parents: list[int], outcome: JobStatus, woken: set[str]
+    def _settle_children(
+        self, connection: Connection, parents: list[int], woken: set[str]
     ) -> list[int]:
-        """One level of :meth:`_parents_ended`; returns the children it cancelled."""
-        met: dict[int, list[int]] = {}
-        cancel_by: dict[int, int] = {}
-        for child, parent, policy in connection.execute(self.sql.children_of, {"p_ids": parents}):
-            if outcome in _FAILED_ENDS and policy == "cancel":
-                cancel_by.setdefault(child, parent)
-            else:
-                met.setdefault(child, []).append(parent)
-        children = sorted(set(met) | set(cancel_by))
-        if not children:
+        """One level of :meth:`_settle_children_of`; returns the children it cancelled.
+
+        Children are named to the database in chunks (:data:`CHUNK`), in id order, so
+        a parent with any number of children ends without hitting a bind-parameter
+        limit, and two enders still lock alike.
+        """
+        by_child: dict[int, list[int]] = {}
+        for chunk in chunked(parents):
+            for child, parent, _ in connection.execute(self.sql.children_of, {"p_ids": chunk}):
+                by_child.setdefault(child, []).append(parent)
+        locked: dict[int, Any] = {}
+        for chunk in chunked(sorted(by_child)):
+            for row in connection.execute(self.sql.lock_children, {"p_ids": chunk}):
+                locked[row.id] = row  # WAITING children only
+        if not locked:
             return []
-        locked = connection.execute(self.sql.lock_children, {"p_ids": children}).all()
-        cancelled: list[int] = []
+        edges = self._parent_edges(connection, sorted(locked))
+        cancel: dict[tuple[int, str], list[int]] = {}
+        release: list[int] = []
+        recount: dict[int, list[int]] = {}
+        for child, row in locked.items():
+            failed, pending = settle(edges.get(child, []), prefer=by_child[child])
+            if failed is not None:
+                cancel.setdefault(failed, []).append(child)
+            elif pending == 0:
+                release.append(child)
+            elif pending != row.pending_parents:
+                recount.setdefault(pending, []).append(child)
         events: list[dict[str, Any]] = []
-        for row in locked:  # WAITING children only, in id order
-            if row.id in cancel_by:
-                self._cancel_child(
-                    connection, row.id, JobStatus.WAITING, cancel_by[row.id], outcome.value
+        for (parent, status), ids in cancel.items():
+            reason = f"parent job {parent} ended {status}"
+            for chunk in chunked(ids):
+                connection.execute(
+                    self.sql.cancel_waiting_for_dependency, {"p_ids": chunk, "p_detail": reason}
                 )
-                cancelled.append(row.id)
-                continue
-            count = len(met[row.id])
-            connection.execute(self.sql.parents_met, {"p_id": row.id, "p_met": count})
-            if row.pending_parents - count <= 0:
-                events.append(
-                    self._event(
-                        row.id, Event.DEPENDENCIES_MET, SYSTEM_ACTOR, {"parents": met[row.id]}
-                    )
-                )
-                woken.add(row.queue)
+            detail = {"was": JobStatus.WAITING.value, "reason": reason, "parent": parent,
+                      "parent_status": status}  # fmt: skip
+            events.extend(self._event(i, Event.CANCELLED, SYSTEM_ACTOR, detail) for i in ids)
+        for chunk in chunked(release):
+            connection.execute(self.sql.release_waiting, {"p_ids": chunk})
+        for child in release:
+            detail = {"parents": by_child[child]}
+            events.append(self._event(child, Event.DEPENDENCIES_MET, SYSTEM_ACTOR, detail))
+            woken.add(locked[child].queue)
+        for pending, ids in recount.items():
+            for chunk in chunked(ids):
+                connection.execute(self.sql.set_pending, {"p_ids": chunk, "p_pending": pending})
         self._write_events(connection, events)
-        return cancelled
+        return sorted(i for ids in cancel.values() for i in ids)
+
+    def _parent_edges(
+        self, connection: Connection, children: Sequence[int]
+    ) -> dict[int, list[tuple[int, str, str]]]:
+        """``child -> [(parent, policy, parent's status)]``, read now."""
+        edges: dict[int, list[tuple[int, str, str]]] = {}
+        for chunk in chunked(children):
+            for child, parent, policy, status in connection.execute(
+                self.sql.parent_tally, {"p_ids": chunk}
+            ):
+                edges.setdefault(child, []).append((parent, policy, status))
+        return edges
 
     def _cancel_child(
         self, connection: Connection, job_id: int, seen: JobStatus, parent: int, status: str

@@ -103,6 +103,12 @@ class FailureRecording(Dependencies):
             if outcome is JobStatus.FAILED
         ]
         if failed:
+            # The runs' own history first, so the children's events come after their
+            # parents' FAILED in id order, as on every other ending path (the
+            # checker reads the order: sqlq_orm.ops.dependency_order).
+            self._flush(connection, deferred)
+            deferred.attempts.clear()
+            deferred.events.clear()
             self._parents_ended(connection, failed, JobStatus.FAILED)
         return outcomes
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from sqlq_orm.core import error_codes, validation
 from sqlq_orm.queue.core import SYSTEM_ACTOR, DeferredWrites, retry_if_rolled_back
 from sqlq_orm.queue.failures import FailedRun, FailureRecording
@@ -35,31 +37,68 @@ class Sweeping(FailureRecording):
         )
         total = SweepResult()
         batches = 0
+        # One job that cannot be swept (its end fails in the database) must not stop
+        # the others: a failed batch is swept again one job at a time, and a job that
+        # fails alone is logged and left for the next sweep.
+        one_by_one = False
+        skipped: set[int] = set()
         while max_batches is None or batches < max_batches:
-            result = self._sweep_batch(batch_size, actor)
+            size = 1 if one_by_one else batch_size
+            tried: list[int] = []
+            try:
+                result = self._sweep_batch(size, actor, skipped, tried)
+            except SQLAlchemyError as exc:
+                if not tried:
+                    raise  # nothing was picked: the database, not a job, failed
+                if not one_by_one:
+                    log.warning(
+                        "sweep: a batch of %d job(s) failed (%s); sweeping them one by one",
+                        len(tried), type(exc).__name__,
+                    )  # fmt: skip
+                    one_by_one = True
+                    continue
+                log.error(
+                    "sweep: job %s could not be swept (%s: %s); left for the next sweep",
+                    tried[0], type(exc).__name__, exc,
+                )  # fmt: skip
+                skipped.update(tried)
+                continue
             total += result
             batches += 1
-            if result.total < batch_size:
+            if result.total < size:
                 break
         return total
 
     @retry_if_rolled_back
-    def _sweep_batch(self, batch_size: int, actor: str) -> SweepResult:
+    def _sweep_batch(
+        self, batch_size: int, actor: str, skipped: set[int], tried: list[int]
+    ) -> SweepResult:
+        """One batch; the ids it picked go into ``tried`` (for the caller, should it
+        fail), and jobs in ``skipped`` are passed over."""
         expired = timed_out = requeued = failed = 0
+        tried.clear()
         # Attempt closes and events of the whole batch go out as two executemany
         # calls after the guarded updates: a round trip per row saved, twice.
         deferred = DeferredWrites()
         with self._write() as connection:
-            rows = connection.execute(self.sql.expired_leases, {"p_limit": batch_size}).all()
+            more = {"p_limit": batch_size + len(skipped)}
+            rows = [
+                row
+                for row in connection.execute(self.sql.expired_leases, more).all()
+                if row.id not in skipped
+            ][:batch_size]
             seen = {row.id for row in rows}
             room = batch_size - len(rows)
             late = []
             if room > 0:
                 late = [
                     row
-                    for row in connection.execute(self.sql.past_deadline, {"p_limit": room}).all()
-                    if row.id not in seen
-                ]
+                    for row in connection.execute(
+                        self.sql.past_deadline, {"p_limit": room + len(skipped) + len(seen)}
+                    ).all()
+                    if row.id not in seen and row.id not in skipped
+                ][:room]
+            tried.extend(row.id for row in [*rows, *late])
             runs: list[FailedRun] = []
             reasons: list[str] = []
             for row, reason in [(r, "expired") for r in rows] + [(r, "timed_out") for r in late]:

@@ -140,8 +140,9 @@ class JobMixin:
     error_code: Mapped[str | None] = mapped_column(String(ERROR_CODE_MAX))
     error_detail: Mapped[str | None] = mapped_column(String(ERROR_DETAIL_MAX))
     # Parents (depends_on) this job still waits for; WAITING while above 0. Each
-    # parent's end decrements it under the row lock, so two parents ending at once
-    # cannot both miss the last one (see JobDependencyMixin).
+    # parent's end recomputes it from the edges under the row lock, so two parents
+    # ending at once cannot both miss the last one, and a parent that ends twice
+    # (failed, retried, succeeded) is not counted twice (see JobDependencyMixin).
     # No Python-side default: inserts leave it out, so the queue's enqueue also works on
     # a schema older than the column (as long as no job depends on another).
     pending_parents: Mapped[int] = mapped_column(Integer, server_default=text("0"))

@@ -47,7 +47,7 @@ class Event(enum.StrEnum):
     CANCELLED = "CANCELLED"
     RECOVERED = "RECOVERED"  #: the sweeper took back an expired lease
     TIMED_OUT = "TIMED_OUT"  #: the sweeper ended a run past its max runtime
-    RETRIED = "RETRIED"  #: a person requeued a finished job
+    RETRIED = "RETRIED"  #: a person requeued a finished job (WAITING if it has unmet parents)
     DEPENDENCIES_MET = "DEPENDENCIES_MET"  #: the last parent finished; the job is queued
     SNOOZED = "SNOOZED"  #: the handler asked to run again later; back to QUEUED
 
@@ -69,6 +69,14 @@ class Transition:
     event: Event
     sources: frozenset[JobStatus]
     target: JobStatus
+    also: frozenset[JobStatus] = frozenset()
+    """Where else the event may move the job, as the data decides (RETRIED: WAITING
+    when the job has parents it still waits for)."""
+
+    @property
+    def targets(self) -> frozenset[JobStatus]:
+        """Every status the event may move the job to."""
+        return frozenset({self.target, *self.also})
 
 
 _TRANSITION_LIST = [
@@ -80,7 +88,12 @@ _TRANSITION_LIST = [
     Transition(Event.RELEASED, HELD, JobStatus.QUEUED),
     Transition(Event.SNOOZED, HELD, JobStatus.QUEUED),
     Transition(Event.CANCELLED, ACTIVE, JobStatus.CANCELLED),
-    Transition(Event.RETRIED, frozenset({JobStatus.FAILED, JobStatus.CANCELLED}), JobStatus.QUEUED),
+    Transition(
+        Event.RETRIED,
+        frozenset({JobStatus.FAILED, JobStatus.CANCELLED}),
+        JobStatus.QUEUED,
+        also=frozenset({JobStatus.WAITING}),
+    ),
     Transition(Event.DEPENDENCIES_MET, frozenset({JobStatus.WAITING}), JobStatus.QUEUED),
 ]
 
@@ -114,7 +127,9 @@ ANNOTATION_SOURCES: dict[Event, frozenset[JobStatus]] = {
 
 def allowed_targets(source: JobStatus) -> frozenset[JobStatus]:
     """Return every status a job in ``source`` may move to."""
-    return frozenset(t.target for t in _TRANSITION_LIST if source in t.sources)
+    return frozenset(
+        target for t in _TRANSITION_LIST if source in t.sources for target in t.targets
+    )
 
 
 def is_allowed(source: JobStatus, event: Event) -> bool:

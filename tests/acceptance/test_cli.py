@@ -167,6 +167,18 @@ def test_cancel_then_retry_requeues_the_job(sqlite_url):
     ]  # fmt: skip
 
 
+def test_retry_with_dependents_brings_back_the_cancelled_children(sqlite_url):
+    sqlq("--db", sqlite_url, "enqueue", "fetch")
+    sqlq("--db", sqlite_url, "enqueue", "parse", "--depends-on", "1")
+    sqlq("--db", sqlite_url, "cancel", "1")
+
+    refused = sqlq("--db", sqlite_url, "retry", "2")
+    retried = sqlq("--db", sqlite_url, "retry", "1", "--with-dependents")
+
+    assert "parent job 1 is CANCELLED" in one_error_line(refused)
+    assert retried.stdout.splitlines() == ["requeued job 1", "requeued job 2 (WAITING)"]
+
+
 def test_sweep_once_reports_what_it_did(sqlite_url):
     result = sqlq("--db", sqlite_url, "sweep")
 

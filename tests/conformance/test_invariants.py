@@ -465,13 +465,14 @@ def test_a_child_running_before_its_parent_succeeded_is_reported(engine, queue):
     assert [(v.job_id, str(parent) in v.detail) for v in violations] == [(child, True)]
 
 
-def test_a_child_retried_by_hand_may_run_before_its_parent(queue):
+def test_a_child_retried_by_hand_waits_for_its_parent_and_passes(queue):
     parent, child = parent_and_child(queue)
     queue.cancel(child)
     queue.retry(child)
-    queue.claim("worker-a", limit=5, start=True)
 
-    assert "dependent_ran_after_its_parents" not in names(check(queue))
+    assert [lease.job_id for lease in queue.claim("worker-a", limit=5, start=True)] == [parent]
+    assert queue.get_job(child).status == "WAITING"
+    assert check(queue) == []
 
 
 def test_a_waiting_child_whose_parents_all_succeeded_is_reported_stuck(engine, queue):
@@ -548,6 +549,9 @@ def test_every_invariant_has_a_test_that_breaks_it():
         "waiting_job_has_unmet_parents",
         "waiting_job_has_no_failed_parent",
         "parent_is_flagged",
+        # tests/conformance/test_dependency_retries.py
+        "dependent_started_after_parents_settled",
+        "waiting_count_matches_parents",
     }
     assert tested == set(INVARIANTS)
 

@@ -39,6 +39,7 @@ from sqlq_orm import (
     JobStatus,
     LeaseLost,
     MaxRuntimeExceeded,
+    ParentNotSucceeded,
     PinnedClock,
     RetryPolicy,
 )
@@ -165,24 +166,41 @@ class Model:
         if job.pending_parents:
             job.status = JobStatus.WAITING
 
-    def parents_ended(self, ended: list[int], outcome: JobStatus) -> None:
+    def settle(self, job: ModelJob) -> tuple[int | None, int]:
+        """(a parent it needs that ended FAILED/CANCELLED, or None; parents it waits for)."""
+        failed, pending = None, 0
+        for parent in job.parents:
+            status = self.jobs[parent].status
+            if job.policy == "run":
+                pending += status not in TERMINAL
+                continue
+            pending += status is not JobStatus.SUCCEEDED
+            if failed is None and status in (JobStatus.FAILED, JobStatus.CANCELLED):
+                failed = parent
+        return failed, pending
+
+    def parents_ended(self, ended: list[int], outcome: JobStatus | None = None) -> None:
+        """Every WAITING child of ``ended`` recomputed from its parents as they are now
+        (decided for the whole level first, as the queue reads them)."""
+        children = [
+            child
+            for child in self.jobs.values()
+            if child.status is JobStatus.WAITING and any(p in ended for p in child.parents)
+        ]
+        decisions = [(child, self.settle(child)) for child in children]
         cancelled = []
-        for child in self.jobs.values():
-            if child.status is not JobStatus.WAITING:
-                continue
-            from_ended = [p for p in child.parents if p in ended]
-            if not from_ended:
-                continue
-            if outcome is not JobStatus.SUCCEEDED and child.policy == "cancel":
+        for child, (failed, pending) in decisions:
+            if failed is not None:
                 child.status = JobStatus.CANCELLED
                 cancelled.append(child.id)
-                continue
-            child.pending_parents = max(0, child.pending_parents - len(from_ended))
-            if child.pending_parents == 0:
+            elif pending == 0:
                 child.status = JobStatus.QUEUED
+                child.pending_parents = 0
                 child.run_at = max(child.run_at, self.now)
+            else:
+                child.pending_parents = pending
         if cancelled:
-            self.parents_ended(cancelled, JobStatus.CANCELLED)
+            self.parents_ended(cancelled)
 
 
 def make_machine(engine, clock: PinnedClock):
@@ -357,10 +375,18 @@ def make_machine(engine, clock: PinnedClock):
         def retry(self, job_id):
             job = self.model.jobs[job_id]
             if job.status in (JobStatus.FAILED, JobStatus.CANCELLED):
+                failed, pending = self.model.settle(job)
+                if failed is not None:
+                    with pytest.raises(ParentNotSucceeded):
+                        queue.retry(job_id)
+                    return
                 queue.retry(job_id)
-                job.status = JobStatus.QUEUED
+                job.status = JobStatus.WAITING if pending else JobStatus.QUEUED
+                if pending:  # else left as it was
+                    job.pending_parents = pending
                 job.retry_count = 0
                 job.run_at = self.model.now
+                self.model.parents_ended([job_id])
             else:
                 with pytest.raises(InvalidTransition):
                     queue.retry(job_id)

@@ -89,8 +89,8 @@ def test_enqueued_is_never_allowed_on_an_existing_job():
         (C, {R, F, Q, X}),
         (R, {S, F, Q, X}),
         (S, set()),
-        (F, {Q}),
-        (X, {Q}),
+        (F, {Q, W}),
+        (X, {Q, W}),
     ],
 )
 def test_allowed_targets_of_each_status(source, targets):

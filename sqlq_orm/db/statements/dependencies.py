@@ -2,9 +2,9 @@
 
 A child waits (status WAITING) with ``pending_parents`` counting the parents it still
 needs. Whoever ends a parent, in that transaction, locks the parent's WAITING children
-(in id order, so two enders lock alike) and then decrements each child's counter, or
-cancels the child; the child row lock serialises two parents that end at once, so
-the last of them always sees the counter reach zero.
+(in id order, so two enders lock alike), then reads each child's parents again and
+recomputes its count, queues it at zero, or cancels it; the child row lock serialises
+two parents that end at once, so the last of them always sees both ends.
 """
 
 from __future__ import annotations
@@ -70,7 +70,8 @@ class DependencyStatements(StatementGroup):
             depends_on_id=bindparam("p_parent_id"),
             on_parent_failure=bindparam("p_policy"),
         )
-        # The child just inserted (QUEUED, seen by nobody yet) waits for its parents.
+        # The child just inserted (QUEUED, seen by nobody yet), or just retried by hand
+        # (its row locked), waits for its parents.
         self.hold_waiting = (
             self.update_by_id(jobs)
             .where(j.id == bindparam("p_id"), j.status == JobStatus.QUEUED.value)
@@ -91,26 +92,67 @@ class DependencyStatements(StatementGroup):
             .order_by(j.id)
             .with_for_update()
         )
-        # Guarded by WAITING: with the row locked the guard always holds; it keeps a
-        # mistaken call from moving any other job. Never below 0: a parent retried by
-        # hand after it failed may end a second time.
-        left = j.pending_parents - bindparam("p_met")
-        remaining = case((left < 0, 0), else_=left)
-        self.parents_met = (
+        # What a locked child waits on, read after its lock (a statement of its own: on
+        # PostgreSQL its snapshot then includes every parent end committed before the
+        # lock was granted). The waiting count is recomputed from these edges, never
+        # counted down: a parent that failed, was retried by hand and then succeeded
+        # ends twice, and must not be counted twice.
+        self.parent_tally = (
+            select(d.job_id, d.depends_on_id, d.on_parent_failure, j.status)
+            .select_from(deps.join(jobs, j.id == d.depends_on_id))
+            .where(d.job_id.in_(bindparam("p_ids", expanding=True)))
+            .order_by(d.job_id, d.depends_on_id)
+        )
+        # The statements below name their children in chunks (see CHUNK in
+        # queue/dependencies.py), never one bind parameter per child of a big fan-out.
+        # Guarded by WAITING: with the rows locked the guard always holds; it keeps a
+        # mistaken call from moving any other job.
+        waiting_children = (
+            j.id.in_(bindparam("p_ids", expanding=True)),
+            j.status == JobStatus.WAITING.value,
+        )
+        self.set_pending = (
             self.update_by_id(jobs)
-            .where(j.id == bindparam("p_id"), j.status == JobStatus.WAITING.value)
-            # In this order: MySQL evaluates SET left to right, each assignment seeing
-            # the ones before it, so the counter is the last thing changed.
-            .ordered_values(
-                (
-                    j.status,
-                    case((remaining <= 0, JobStatus.QUEUED.value), else_=JobStatus.WAITING.value),
-                ),
+            .where(*waiting_children)
+            .values(pending_parents=bindparam("p_pending"))
+        )
+        self.release_waiting = (
+            self.update_by_id(jobs)
+            .where(*waiting_children)
+            .values(
+                status=JobStatus.QUEUED.value,
+                pending_parents=0,
                 # Queued now, not at the enqueue: it takes its turn behind the jobs
                 # already ready instead of jumping ahead of them.
-                (j.run_at, case((and_(remaining <= 0, j.run_at < now), now), else_=j.run_at)),
-                (j.pending_parents, remaining),
+                run_at=case((j.run_at < now, now), else_=j.run_at),
             )
+        )
+        self.cancel_waiting_for_dependency = (
+            self.update_by_id(jobs)
+            .where(*waiting_children)
+            .values(
+                status=JobStatus.CANCELLED.value,
+                finished_at=now,
+                error_code=error_codes.DEPENDENCY_FAILED,
+                error_detail=bindparam("p_detail"),
+                **lease_cleared(),
+            )
+        )
+        # -- a manual retry --------------------------------------------------------------
+        # The parents of jobs being retried, and their children (for with_dependents).
+        self.parents_of = (
+            select(d.job_id, d.depends_on_id, d.on_parent_failure)
+            .where(d.job_id.in_(bindparam("p_ids", expanding=True)))
+            .order_by(d.job_id, d.depends_on_id)
+        )
+        self.job_states = select(j.id, j.status, j.error_code).where(
+            j.id.in_(bindparam("p_ids", expanding=True))
+        )
+        self.lock_jobs = (
+            select(j.id, j.status, j.error_code, j.queue)
+            .where(j.id.in_(bindparam("p_ids", expanding=True)))
+            .order_by(j.id)
+            .with_for_update()
         )
         self.cancel_for_dependency = (
             self.update_by_id(jobs)

@@ -34,6 +34,8 @@ def render_prune_text(result: PruneResult) -> str:
             f"  {result.batches} batch(es); "
             + ("done" if result.complete else "stopped at --max-batches: run again to continue")
         )
+    if result.held_back_reason:
+        lines.append(f"  {result.held_back_reason}")
     return "\n".join(lines)
 
 
