@@ -174,10 +174,11 @@ def test_seconds_until_next_job_reads_the_queues_clock(queue, clock):
     assert queue.seconds_until_next_job(["default"]) is None
     queue.enqueue("echo", delay=5)
     queue.enqueue("echo", queue="mail", delay=2)
-    assert queue.seconds_until_next_job(["default"]) == 5
-    assert queue.seconds_until_next_job(["default", "mail"]) == 2
+    # A delay counts from a truncated "now": due one second later, never early.
+    assert queue.seconds_until_next_job(["default"]) == 5 + 1
+    assert queue.seconds_until_next_job(["default", "mail"]) == 2 + 1
     clock.advance(7)
-    assert queue.seconds_until_next_job(["default"]) == -2
+    assert queue.seconds_until_next_job(["default"]) == -1
 
 
 # -------------------------------------------------------------- other processes
