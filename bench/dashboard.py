@@ -12,7 +12,13 @@ of the repetitions, against the stats budget of < 250 ms per query:
 - one job's detail (:func:`sqlq_orm.ops.timeline.job_timeline`);
 - the overview's reads: ``finished_history`` on its own (budgeted) and the whole
   overview (``collect_stats`` + ``finished_history``), set beside ``collect_stats``
-  alone (what ``sqlq stats`` reads) as its baseline.
+  alone (what ``sqlq stats`` reads) as its baseline;
+- the workers page's reads (:func:`sqlq_orm.ops.stats.collect_workers`) beside
+  ``collect_stats`` (what the page read before), and a bulk action's exact count
+  (:func:`sqlq_orm.ops.joblist.count_matching`);
+- whole pages through the app (Starlette's test client: routing, reads, templates),
+  against the issue's page budget of < 100 ms: ``/``, ``/jobs``, ``/jobs?status=FAILED``,
+  one job, ``/workers``, ``/metrics``.
 """
 
 from __future__ import annotations
@@ -39,12 +45,14 @@ from bench.core import (
 )
 from bench.fill import fill_finished_history
 from sqlq_orm.ops.history import finished_history
-from sqlq_orm.ops.joblist import JobFilter, list_jobs
-from sqlq_orm.ops.stats import collect_stats
+from sqlq_orm.ops.joblist import JobFilter, count_capped, count_matching, list_jobs
+from sqlq_orm.ops.stats import collect_stats, collect_workers
 from sqlq_orm.ops.timeline import job_timeline
 
 NAME = "dashboard"
 BUDGET_MS = 250.0
+PAGE_BUDGET_MS = 100.0
+"""Issue 26's budget for a whole dashboard page at 1,000,000 jobs."""
 PAGE = 50
 
 
@@ -77,6 +85,13 @@ def _cases(config: Config, label: str, engine: Engine, rows: int) -> list[Result
         ),
         "job detail (timeline)": lambda: job_timeline(queue, middle),
         "finished_history (overview charts)": lambda: finished_history(queue),
+        "list total (capped count), no filter": lambda: count_capped(queue, JobFilter()),
+        "list total (capped count), worker matching nothing": lambda: count_capped(
+            queue, JobFilter(worker="absent")
+        ),
+        "bulk confirm count, status=FAILED type=type_3": lambda: count_matching(
+            queue, JobFilter(type="type_3"), ["FAILED"]
+        ),
     }
     results: list[Result] = []
     for name, call in pages.items():
@@ -127,6 +142,48 @@ def _cases(config: Config, label: str, engine: Engine, rows: int) -> list[Result
             note="the whole report, like collect_stats in bench scaling: informational",
         )
     )
+    workers = side_by_side(
+        {
+            "workers": lambda: _ms(lambda: collect_workers(queue)),
+            "stats": lambda: _ms(lambda: collect_stats(queue)),
+        },
+        config.reps,
+    )
+    workers_result = compare(
+        NAME,
+        f"workers page's reads (collect_workers) at {rows:,} ({label})",
+        workers["workers"],
+        "collect_stats (what /workers read before)",
+        workers["stats"],
+        "ms",
+        higher_is_better=False,
+        target_text=f"< {PAGE_BUDGET_MS:.0f} ms",
+    )
+    workers_result.met = workers_result.value < PAGE_BUDGET_MS
+    results.append(workers_result)
+    results += _pages(config, label, queue, rows)
+    return results
+
+
+def _pages(config: Config, label: str, queue: sqlq_orm.Queue, rows: int) -> list[Result]:
+    """Whole pages through the app, as a browser on loopback asks for them."""
+    from starlette.testclient import TestClient
+
+    from sqlq_orm.dashboard import create_app
+
+    client = TestClient(
+        create_app(queue, refresh_seconds=0), base_url="http://127.0.0.1", client=("127.0.0.1", 1)
+    )
+    results = []
+    for path in ("/", "/jobs", "/jobs?status=FAILED", f"/jobs/{rows // 2}", "/workers", "/metrics"):
+        assert client.get(path).status_code == 200, path  # warm, and it must answer
+        samples = [_ms(lambda p=path: client.get(p)) for _ in range(config.reps)]
+        results.append(
+            Result(NAME, f"page {path} at {rows:,} ({label})", median(samples), "ms",
+                   target=f"< {PAGE_BUDGET_MS:.0f} ms", met=median(samples) < PAGE_BUDGET_MS,
+                   samples=samples)
+        )  # fmt: skip
+    client.close()
     return results
 
 

@@ -29,22 +29,27 @@ from sqlq_orm.errors import (
     Snooze,
     SqlqError,
     SqlqWarning,
+    TransactionRolledBack,
     WaitTimeout,
 )
 from sqlq_orm.ops import invariants
+from sqlq_orm.ops.joblist import JobFilter
 from sqlq_orm.ops.retention import PruneResult, RetentionPolicy
 from sqlq_orm.ops.stats import QueueStats
 from sqlq_orm.ops.timeline import JobTimeline, RelatedJob, job_timeline
 from sqlq_orm.queue.queue import Queue
 from sqlq_orm.queue.types import (
+    BulkResult,
     EnqueuedJob,
     JobFailure,
     JobSpec,
+    QueueState,
     ScheduleState,
     SweepResult,
     TickResult,
 )
 from sqlq_orm.scheduler import Scheduler
+from sqlq_orm.schema.controls import QueueControlMixin
 from sqlq_orm.schema.mixins import (
     JobAttemptMixin,
     JobDependencyMixin,
@@ -59,6 +64,7 @@ from sqlq_orm.schema.models import (
     JobAttempt,
     JobDependency,
     JobEvent,
+    QueueControl,
     ScheduleRecord,
     WorkerRecord,
 )
@@ -88,6 +94,7 @@ __all__ = [
     "create_async_engine",
     "AttemptStatus",
     "Base",
+    "BulkResult",
     "Clock",
     "DatabaseClock",
     "DedupeConflict",
@@ -108,6 +115,7 @@ __all__ = [
     "JobEventMixin",
     "JobFailed",
     "JobFailure",
+    "JobFilter",
     "JobMixin",
     "JobNotFound",
     "JobResult",
@@ -122,6 +130,9 @@ __all__ = [
     "PinnedClock",
     "PruneResult",
     "Queue",
+    "QueueControl",
+    "QueueControlMixin",
+    "QueueState",
     "QueueStats",
     "RelatedJob",
     "RetentionPolicy",
@@ -135,6 +146,7 @@ __all__ = [
     "Scheduler",
     "SqlqError",
     "SqlqWarning",
+    "TransactionRolledBack",
     "SweepResult",
     "Task",
     "TaskRegistry",

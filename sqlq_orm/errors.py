@@ -47,6 +47,16 @@ class MaxRuntimeExceeded(LeaseLost):
         )
 
 
+class TransactionRolledBack(SqlqError):
+    """The database rolled back the caller's whole transaction (a deadlock victim).
+
+    Raised by a call made with ``session=``: nothing the transaction wrote, the
+    caller's own rows included, will commit. Roll the session back and run the whole
+    transaction again. (Without ``session=`` the queue runs its own transaction again
+    itself.) The database's error is the ``__cause__``.
+    """
+
+
 class JobNotFound(SqlqError, LookupError):
     """No job has the given id."""
 

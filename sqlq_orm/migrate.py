@@ -20,20 +20,24 @@ setup should use that instead (see :mod:`sqlq_orm.migrations`).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy
+import sqlalchemy.exc
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import NullPool
+from sqlalchemy.schema import CreateSchema
 
 from alembic import command
 from sqlq_orm.db.backends import backend_for
+from sqlq_orm.db.context import schema_for
 from sqlq_orm.db.engine import create_engine
 from sqlq_orm.db.maintenance import migration_session_locked
 from sqlq_orm.errors import SchemaNewerThanCode, SqlqError
@@ -63,25 +67,44 @@ HOST_VERSION_TABLE = "alembic_version"
 
 @contextmanager
 def _connection(
-    bind: str | sqlalchemy.URL | Engine, *, read_only: bool = False
+    bind: str | sqlalchemy.URL | Engine,
+    *,
+    read_only: bool = False,
+    schema: str | None = None,
 ) -> Iterator[Connection]:
     """A connection outside any transaction (Alembic begins its own).
 
     ``read_only`` connections begin like :meth:`Queue.read` (no SQLite write lock).
+    With ``schema``, every table the revisions name (the version table too) is sent to
+    that schema, created first unless ``read_only``.
     """
     engine = bind if isinstance(bind, Engine) else create_engine(bind, poolclass=NullPool)
     try:
+        schema = schema_for(engine, schema)
         with engine.connect() as connection:
             backend = backend_for(engine)
+            if schema is not None and not read_only:
+                with connection.begin():
+                    connection.execute(CreateSchema(schema, if_not_exists=True))
             # Alembic begins the transaction; the options decide how (SQLite: a
             # migration takes the write lock at BEGIN, which also serialises two).
             connection.execution_options(
-                **(backend.read_options if read_only else backend.write_options)
+                **(backend.read_options if read_only else backend.write_options),
+                **({} if schema is None else {"schema_translate_map": {None: schema}}),
             )
-            yield connection
+            connection.info[_SCHEMA_KEY] = schema
+            try:
+                yield connection
+            finally:
+                # info outlives this connection in the pool: leave nothing behind.
+                connection.info.pop(_SCHEMA_KEY, None)
     finally:
         if engine is not bind:
             engine.dispose()
+
+
+_SCHEMA_KEY = "sqlq_schema"
+"""Where :func:`_connection` notes the schema on the connection, for Alembic's env."""
 
 
 def config(connection: Connection | None = None) -> Config:
@@ -94,35 +117,68 @@ def config(connection: Connection | None = None) -> Config:
     cfg.set_main_option("path_separator", "os")
     if connection is not None:
         cfg.attributes["connection"] = connection
+        cfg.attributes["version_table_schema"] = connection.info.get(_SCHEMA_KEY)
     return cfg
 
 
-def upgrade(bind: str | sqlalchemy.URL | Engine, revision: str = "heads") -> None:
+def upgrade(
+    bind: str | sqlalchemy.URL | Engine, revision: str = "heads", *, schema: str | None = None
+) -> None:
     """Upgrade the database to ``revision`` (default: the latest) in one transaction.
 
     Running it again when the database is up to date does nothing. Tables made by
     ``Base.metadata.create_all`` (no revision recorded) are adopted when they match
     the models exactly: the latest revision is recorded and nothing else is done.
     Anything else already in the way raises :class:`~sqlq_orm.errors.SqlqError`
-    and changes nothing.
+    and changes nothing. ``schema`` migrates the tables of ``Queue(engine,
+    schema=...)``: the schema (a database, on MariaDB) is created if missing, and the
+    tables and ``sqlq_alembic_version`` go there.
     """
-    with _connection(bind) as connection, migration_session_locked(connection):
-        _refuse_unknown_revision(connection)
-        if _adopt_unversioned_tables(connection):
-            return
-        command.upgrade(config(connection), revision)
+    for attempt in range(_LOCKED_ATTEMPTS):
+        try:
+            with (
+                _connection(bind, schema=schema) as connection,
+                migration_session_locked(connection),
+            ):
+                _refuse_unknown_revision(connection)
+                if _adopt_unversioned_tables(connection):
+                    return
+                command.upgrade(config(connection), revision)
+                return
+        except sqlalchemy.exc.OperationalError as exc:
+            if not _sqlite_locked_at_once(exc) or attempt == _LOCKED_ATTEMPTS - 1:
+                raise
+            log.info("SQLite refused the migration's lock at once; starting it again")
+            time.sleep(_LOCKED_PAUSE_SECONDS * (attempt + 1))
 
 
-def downgrade(bind: str | sqlalchemy.URL | Engine, revision: str) -> None:
-    """Downgrade the database to ``revision`` (``"base"`` drops sqlq_orm's tables)."""
-    with _connection(bind) as connection, migration_session_locked(connection):
+# SQLite answers "database is locked" without waiting out busy_timeout where waiting
+# could deadlock (a connection with a read lock asking for the write lock while
+# another holds it; switching a fresh file to WAL while others open it). Its advice
+# is to start the transaction again. A migration is one transaction and running it
+# again is harmless (a database already at the revision is left alone), so a few
+# processes upgrading at once at start-up all succeed.
+_LOCKED_ATTEMPTS = 5
+_LOCKED_PAUSE_SECONDS = 0.2
+
+
+def _sqlite_locked_at_once(exc: sqlalchemy.exc.OperationalError) -> bool:
+    return "database is locked" in str(exc.orig) and type(exc.orig).__module__.startswith("sqlite3")
+
+
+def downgrade(
+    bind: str | sqlalchemy.URL | Engine, revision: str, *, schema: str | None = None
+) -> None:
+    """Downgrade the database to ``revision`` (``"base"`` drops sqlq_orm's tables; the
+    schema itself stays)."""
+    with _connection(bind, schema=schema) as connection, migration_session_locked(connection):
         _refuse_unknown_revision(connection)
         command.downgrade(config(connection), revision)
 
 
-def current(bind: str | sqlalchemy.URL | Engine) -> set[str]:
-    """The revisions the database is at (empty before the first upgrade)."""
-    with _connection(bind, read_only=True) as connection:
+def current(bind: str | sqlalchemy.URL | Engine, *, schema: str | None = None) -> set[str]:
+    """The revisions the database (or its ``schema``) is at (empty before the first upgrade)."""
+    with _connection(bind, read_only=True, schema=schema) as connection:
         return _recorded(connection, VERSION_TABLE)
 
 
@@ -131,7 +187,9 @@ def newest_revisions() -> list[str]:
     return sorted(ScriptDirectory.from_config(config()).get_heads())
 
 
-def check_schema_revision(bind: str | sqlalchemy.URL | Engine) -> None:
+def check_schema_revision(
+    bind: str | sqlalchemy.URL | Engine, *, schema: str | None = None
+) -> None:
     """Raise :class:`~sqlq_orm.errors.SchemaNewerThanCode` if the database records a
     sqlq revision this code does not know (a newer sqlq_orm migrated it).
 
@@ -139,7 +197,7 @@ def check_schema_revision(bind: str | sqlalchemy.URL | Engine) -> None:
     Reads the standalone version table (``sqlq_alembic_version``); when a host app
     runs the revisions from its own Alembic, that Alembic keeps the history.
     """
-    with _connection(bind, read_only=True) as connection:
+    with _connection(bind, read_only=True, schema=schema) as connection:
         _refuse_unknown_revision(connection)
 
 
@@ -175,10 +233,17 @@ def _adopt_unversioned_tables(connection: Connection) -> bool:
     """
     try:
         inspector = sqlalchemy.inspect(connection)
-        tables = set(inspector.get_table_names())
+        schema = connection.info.get(_SCHEMA_KEY)
+        tables = set(inspector.get_table_names(schema=schema))
         ours = tables & set(target_metadata().tables)
         if not ours or (VERSION_TABLE in tables and _recorded(connection, VERSION_TABLE)):
             return False
+        if schema is not None:
+            raise SqlqError(
+                f"tables {sorted(ours)} exist in schema {schema!r} but no sqlq revision is "
+                "recorded there; nothing was changed. Move them out of the way, then run "
+                "the migration again"
+            )
         _refuse_host_managed(connection, tables, ours)
     finally:
         connection.rollback()  # Alembic must start outside a transaction
@@ -227,7 +292,13 @@ def _refuse_host_managed(connection: Connection, tables: set[str], ours: set[str
 
 
 def _recorded(connection: Connection, version_table: str) -> set[str]:
-    context = MigrationContext.configure(connection, opts={"version_table": version_table})
+    context = MigrationContext.configure(
+        connection,
+        opts={
+            "version_table": version_table,
+            "version_table_schema": connection.info.get(_SCHEMA_KEY),
+        },
+    )
     return set(context.get_current_heads())
 
 

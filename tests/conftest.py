@@ -6,6 +6,8 @@ each test session creates its own throw-away database there, so parallel runs ne
 see each other's tables. With no server, PostgreSQL tests skip with the reason;
 ``SQLQ_REQUIRE_POSTGRES=1`` (set by CI) turns that skip into a failure. MariaDB (or
 MySQL) works the same way through ``SQLQ_TEST_MARIADB_URL`` and ``SQLQ_REQUIRE_MARIADB``.
+The ``pgbouncer`` flavour runs a few modules through a real PgBouncer in transaction
+pooling mode (``tests/support/pgbouncer.py``; ``SQLQ_REQUIRE_PGBOUNCER``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from sqlalchemy.engine import Engine
 import sqlq_orm
 from sqlq_orm.schema.models import Base
 from tests.support import factories
+from tests.support import pgbouncer as pgbouncer_support
 from tests.support.aio_bridge import (
     FLAVOURS,
     PSYCOPG_MODULES,
@@ -28,7 +31,7 @@ from tests.support.aio_bridge import (
     LoopThread,
     async_url,
 )
-from tests.support.backends import BACKENDS
+from tests.support.backends import BACKENDS, PGBOUNCER
 
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 DEFAULT_MARIADB_URL = "mysql+pymysql://root@127.0.0.1:3306/test"
@@ -97,6 +100,38 @@ def mariadb_url() -> Iterator[str]:
     yield from _throwaway_database(admin_url, "MariaDB", "MARIADB", "`")
 
 
+@pytest.fixture(scope="session")
+def pgbouncer(
+    postgres_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[pgbouncer_support.Pooler]:
+    """A PgBouncer in transaction pooling mode in front of the test server: this
+    session's own (Debian's ``pgbouncer``), or ``SQLQ_TEST_PGBOUNCER_URL``'s. Without
+    one, skip with the reason (fail where ``SQLQ_REQUIRE_PGBOUNCER`` is set: CI)."""
+    given = os.environ.get("SQLQ_TEST_PGBOUNCER_URL")
+    if given:
+        url = sqlalchemy.make_url(given)
+        pooler = pgbouncer_support.Pooler(url.host or "127.0.0.1", url.port or 6432)
+    else:
+        executable = pgbouncer_support.find_pgbouncer()
+        if executable is None:
+            message = (
+                "pgbouncer is not installed (Debian: apt-get install pgbouncer), and "
+                "SQLQ_TEST_PGBOUNCER_URL names none running; the PgBouncer flavour needs one"
+            )
+            if _required("SQLQ_REQUIRE_PGBOUNCER"):
+                pytest.fail(f"SQLQ_REQUIRE_PGBOUNCER is set but {message}")
+            pytest.skip(message)
+        pooler = pgbouncer_support.start_pgbouncer(
+            executable, _pg_admin_url(), tmp_path_factory.mktemp("pgbouncer")
+        )
+    pgbouncer_support.CURRENT = pooler
+    try:
+        yield pooler
+    finally:
+        pgbouncer_support.CURRENT = None
+        pooler.stop()
+
+
 def _empty_mariadb(url: str) -> None:
     """Drop and recreate the session's MariaDB database (tables, generated columns, all)."""
     parsed = sqlalchemy.make_url(url)
@@ -107,7 +142,7 @@ def _empty_mariadb(url: str) -> None:
     engine.dispose()
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture
 def db_url(request: pytest.FixtureRequest, tmp_path) -> str:
     """A URL for an empty database: a SQLite file, or this session's server database."""
     if request.param == "sqlite":
@@ -122,13 +157,17 @@ def db_url(request: pytest.FixtureRequest, tmp_path) -> str:
         connection.exec_driver_sql("DROP SCHEMA public CASCADE")
         connection.exec_driver_sql("CREATE SCHEMA public")
     engine.dispose()
+    if request.param == "pgbouncer":
+        pooler: pgbouncer_support.Pooler = request.getfixturevalue("pgbouncer")
+        return pooler.pooled(url)
     return url
 
 
 @pytest.fixture
 def engine(db_url: str) -> Iterator[Engine]:
-    """An engine from ``sqlq_orm.create_engine`` with the schema created from models."""
-    engine = sqlq_orm.create_engine(db_url)
+    """An engine from ``sqlq_orm.create_engine`` with the schema created from models
+    (through PgBouncer: with ``transaction_pooling`` and a direct ``listen_url``)."""
+    engine = sqlq_orm.create_engine(db_url, **pgbouncer_support.engine_options(db_url))
     Base.metadata.create_all(engine)
     yield engine
     engine.dispose()
@@ -144,6 +183,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Run the service tests (``tests/conformance/test_service_*.py``) once per API
     flavour: the ``queue`` fixture is then a ``Queue`` or an ``AsyncQueue``."""
     module = metafunc.module.__name__.rsplit(".", 1)[-1]
+    chosen = any("db_url" in m.args[0] for m in metafunc.definition.iter_markers("parametrize"))
+    if "db_url" in metafunc.fixturenames and not chosen:
+        # Every backend; through PgBouncer too for the modules that exercise how
+        # connections are used (not all: the suite's time stays in check).
+        backends = list(BACKENDS)
+        if module in pgbouncer_support.PGBOUNCER_MODULES or _required("SQLQ_PGBOUNCER_EVERYWHERE"):
+            backends.append(PGBOUNCER)
+        metafunc.parametrize("db_url", backends, indirect=True)
     if "queue" in metafunc.fixturenames and module.startswith("test_service_"):
         flavours = list(FLAVOURS)
         if module in PSYCOPG_MODULES:
@@ -180,7 +227,7 @@ def queue(
         return
     url = async_url(db_url, queue_flavour)
     loop: LoopThread = request.getfixturevalue("loop_thread")
-    async_engine = sqlq_orm.create_async_engine(url)
+    async_engine = sqlq_orm.create_async_engine(url, **pgbouncer_support.engine_options(db_url))
     reader = sqlq_orm.Queue(engine, clock=clock)  # for the tests' own reads (read())
     yield BlockingAsyncQueue(sqlq_orm.AsyncQueue(async_engine, clock=clock), loop, reader)
     loop.run(async_engine.dispose())

@@ -443,6 +443,7 @@ def dashboard(
     authorize: str | None = None,
     refresh: int = 5,
     models: str | None = None,
+    allowed_hosts: list[str] | None = None,
 ) -> int:
     """Serve the web dashboard (overview, jobs, workers, /metrics) until Ctrl-C."""
     try:
@@ -457,7 +458,19 @@ def dashboard(
     require_safe_bind(host, hook)  # before touching the database
     # Read-only dashboards may look at a schema a newer sqlq_orm migrated; acting may not.
     queue = open_queue(db, models=models, refuse_newer_schema=enable_actions)
-    app = create_app(queue, enable_actions=enable_actions, authorize=hook, refresh_seconds=refresh)
+    # The names it answers to: loopback, the address it is bound to (unless that is
+    # every address), and the operator's own.
+    hosts = ["localhost", "127.0.0.1", "::1"]
+    if host not in ("0.0.0.0", "::", ""):
+        hosts.append(host)
+    hosts.extend(allowed_hosts or [])
+    app = create_app(
+        queue,
+        enable_actions=enable_actions,
+        authorize=hook,
+        refresh_seconds=refresh,
+        allowed_hosts=hosts,
+    )
     mode = "actions enabled" if enable_actions else "read-only"
     print(f"sqlq dashboard ({mode}) for {shown_url(database_url(db))}: http://{host}:{port}/")
     sys.stdout.flush()

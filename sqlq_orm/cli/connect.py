@@ -25,6 +25,14 @@ from sqlq_orm.queue.queue import Queue
 
 DEFAULT_DB_URL = "sqlite:///sqlq.db"
 DB_ENV_VAR = "SQLQ_DATABASE_URL"
+POOLING_ENV_VAR = "SQLQ_TRANSACTION_POOLING"
+LISTEN_URL_ENV_VAR = "SQLQ_LISTEN_URL"
+SCHEMA_ENV_VAR = "SQLQ_SCHEMA"
+
+
+def schema_option() -> str | None:
+    """The schema the queue's tables live in (``$SQLQ_SCHEMA``; unset: the default)."""
+    return os.environ.get(SCHEMA_ENV_VAR) or None
 
 
 class CommandError(SqlqError):
@@ -81,11 +89,32 @@ def _dialect(url: str) -> str:
         return repr(url)
 
 
+def pooling_options() -> dict[str, Any]:
+    """``create_engine`` options for a database behind a transaction pooler (PgBouncer
+    in transaction mode), from ``$SQLQ_TRANSACTION_POOLING`` (``1``/``true``) and
+    ``$SQLQ_LISTEN_URL`` (a direct URL for the workers' ``LISTEN``; without it they
+    poll). See :mod:`sqlq_orm.db.pooling`."""
+    flag = os.environ.get(POOLING_ENV_VAR, "").strip().lower()
+    listen_url = os.environ.get(LISTEN_URL_ENV_VAR) or None
+    if flag in ("", "0", "false", "no"):
+        if listen_url is not None:
+            raise CommandError(
+                f"${LISTEN_URL_ENV_VAR} is set but ${POOLING_ENV_VAR} is not: the listen URL "
+                f"is for a database reached through a transaction pooler; set "
+                f"{POOLING_ENV_VAR}=1 too, or unset {LISTEN_URL_ENV_VAR}"
+            )
+        return {}
+    if flag not in ("1", "true", "yes"):
+        raise CommandError(f"${POOLING_ENV_VAR} must be 1 or 0, got {flag!r}")
+    return {"transaction_pooling": True, "listen_url": listen_url}
+
+
 def open_engine(db: str | None, **kwargs: Any) -> Engine:
-    """An engine for the chosen database, with a clear error for a bad URL."""
+    """An engine for the chosen database, with a clear error for a bad URL (behind a
+    transaction pooler when the environment says so: :func:`pooling_options`)."""
     url = database_url(db)
     try:
-        return create_engine(url, **kwargs)
+        return create_engine(url, **{**pooling_options(), **kwargs})
     except ImportError as exc:  # the dialect's DBAPI driver is not installed
         raise CommandError(
             f"cannot use the database URL {shown_url(url)}: the dialect {_dialect(url)!r} is "
@@ -107,9 +136,12 @@ def open_engine(db: str | None, **kwargs: Any) -> Engine:
 
 
 def migrate_schema(engine: Engine) -> str:
-    """Bring the schema to the newest revision with the packaged Alembic migrations."""
-    upgrade(engine)
-    return f"schema at revision {', '.join(sorted(current(engine)))} (newest)"
+    """Bring the schema to the newest revision with the packaged Alembic migrations
+    (the tables in ``$SQLQ_SCHEMA`` when it is set)."""
+    schema = schema_option()
+    upgrade(engine, schema=schema)
+    where = "" if schema is None else f" in schema {schema}"
+    return f"schema{where} at revision {', '.join(sorted(current(engine, schema=schema)))} (newest)"
 
 
 MODELS_ENV_VAR = "SQLQ_MODELS"
@@ -164,7 +196,13 @@ def open_queue(
     retry_policy = None
     if retry_base is not None:
         retry_policy = RetryPolicy(base_seconds=retry_base, max_seconds=max(retry_base, 3600.0))
-    queue = Queue(engine, retry_policy=retry_policy, models=load_models(models), check_schema=False)
+    queue = Queue(
+        engine,
+        retry_policy=retry_policy,
+        models=load_models(models),
+        check_schema=False,
+        schema=schema_option(),
+    )
     jobs_table = queue.tables.jobs
     with queue.read() as connection:
         exists = sqlalchemy.inspect(connection).has_table(jobs_table.name, schema=jobs_table.schema)
@@ -174,6 +212,6 @@ def open_queue(
             "run `sqlq migrate` first"
         )
     if refuse_newer_schema:
-        check_schema_revision(engine)
+        check_schema_revision(engine, schema=queue.context.schema)
     queue.check_schema()  # tables or columns missing: the revision or command to run
     return queue

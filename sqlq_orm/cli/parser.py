@@ -34,7 +34,16 @@ from sqlq_orm.cli.commands import (
     worker,
 )
 from sqlq_orm.cli.connect import DB_ENV_VAR, DEFAULT_DB_URL
+from sqlq_orm.cli.controls import (
+    jobs_cancel,
+    jobs_discard,
+    jobs_retry,
+    queue_list,
+    queue_pause,
+    queue_resume,
+)
 from sqlq_orm.core import validation
+from sqlq_orm.core.timing import MIN_LEASE_SECONDS
 from sqlq_orm.ops.render.text import printable
 
 INT32_MAX = validation.INT32_MAX
@@ -217,7 +226,11 @@ def build_parser() -> argparse.ArgumentParser:
         "only as many as the threads reach in 0.25 s at the handlers' pace)",
     )
     p.add_argument(
-        "--lease", type=whole_number(1), default=30, metavar="SECONDS", help="lease (default 30)"
+        "--lease",
+        type=whole_number(MIN_LEASE_SECONDS),
+        default=30,
+        metavar="SECONDS",
+        help=f"lease (default 30; at least {MIN_LEASE_SECONDS}: the clock counts whole seconds)",
     )
     p.add_argument("--heartbeat", type=float, metavar="SECONDS", help="default: lease / 3")
     p.add_argument(
@@ -296,6 +309,51 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--remove", metavar="NAME", help="delete a schedule no code declares any more")
     add_output(p)
 
+    p = commands.add_parser(
+        "queue", help="pause, resume or list queues", parents=[common],
+        description="Pause, resume or list queues. A pause is stored in the database: "
+        "every worker skips the queue until it is resumed.",
+    )  # fmt: skip
+    actions = p.add_subparsers(title="actions", metavar="ACTION", required=True)
+    for action, control in (("pause", queue_pause), ("resume", queue_resume)):
+        summary, description = command_help(control)
+        sub = actions.add_parser(action, help=summary, description=description, parents=[common])
+        sub.set_defaults(command=control)
+        sub.add_argument("name", metavar="QUEUE", help="the queue's name")
+    summary, description = command_help(queue_list)
+    sub = actions.add_parser("list", help=summary, description=description, parents=[common])
+    sub.set_defaults(command=queue_list)
+    add_output(sub)
+
+    p = commands.add_parser(
+        "jobs", help="cancel, retry or discard one job or every job a filter matches",
+        parents=[common],
+        description="Cancel, retry or discard one job (JOB_ID) or every job a filter "
+        "matches. With a filter it is a dry run (it counts) unless --yes is given.",
+    )  # fmt: skip
+    actions = p.add_subparsers(title="actions", metavar="ACTION", required=True)
+    for action, bulk in (("cancel", jobs_cancel), ("retry", jobs_retry), ("discard", jobs_discard)):
+        summary, description = command_help(bulk)
+        sub = actions.add_parser(action, help=summary, description=description, parents=[common])
+        sub.set_defaults(command=bulk)
+        sub.add_argument("job_id", type=job_id, nargs="?", metavar="JOB_ID", help="one job")
+        sub.add_argument("--queue", help="only jobs of this queue")
+        sub.add_argument("--type", dest="job_type", metavar="TYPE", help="only jobs of this type")
+        sub.add_argument("--status", help="only jobs in this status")
+        sub.add_argument("--error-code", metavar="CODE", help="only jobs with this error_code")
+        sub.add_argument("--yes", action="store_true", help="act (default: a dry run)")
+        sub.add_argument(
+            "--batch", type=whole_number(1, 100_000), default=500, metavar="N",
+            help="jobs per batch (500)",
+        )  # fmt: skip
+        sub.add_argument(
+            "--max-batches", type=whole_number(1), metavar="N",
+            help="stop after N batches (run again to continue)",
+        )  # fmt: skip
+        if action == "cancel":
+            sub.add_argument("--reason", help="recorded on each CANCELLED event")
+        add_output(sub)
+
     p = add("prune", prune)
     p.add_argument("--dry-run", action="store_true", help="count what is due; delete nothing")
     p.add_argument(
@@ -346,6 +404,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--refresh", type=whole_number(0, 86_400), default=5, metavar="SECONDS",
         help="pages refresh themselves this often; 0: never (default 5)",
+    )  # fmt: skip
+    p.add_argument(
+        "--allowed-host", action="append", dest="allowed_hosts", metavar="NAME",
+        help="a Host name the dashboard answers besides localhost, 127.0.0.1, ::1 and "
+        "the --host address (repeatable; '.example.com' for a domain and its subdomains)",
     )  # fmt: skip
 
     p = add("demo", demo)

@@ -12,6 +12,7 @@ import sys
 from datetime import datetime
 from typing import Any
 
+from sqlq_orm.core import timing
 from sqlq_orm.errors import InvalidInput
 
 DEFAULT_PAYLOAD_MAX_BYTES = 64 * 1024
@@ -118,8 +119,16 @@ def job_id(value: object, argument: str = "job_id") -> int:
 
 
 def lease_seconds(value: object) -> int:
-    """A lease length: a whole number of seconds, at least 1."""
-    return require_int("lease_seconds", value, minimum=1, maximum=INT32_MAX)
+    """A lease length: a whole number of seconds, at least
+    :data:`~sqlq_orm.core.timing.MIN_LEASE_SECONDS`."""
+    seconds = require_int("lease_seconds", value, maximum=INT32_MAX)
+    if seconds < timing.MIN_LEASE_SECONDS:
+        raise InvalidInput(
+            f"lease_seconds must be >= {timing.MIN_LEASE_SECONDS}, got {seconds!r}: the "
+            "queue's clock counts whole seconds and a worker renews a lease every third "
+            "of it, so a shorter lease can lapse while its job is heartbeating"
+        )
+    return seconds
 
 
 def claim_queues(value: object, max_length: int) -> list[str]:
@@ -256,8 +265,9 @@ def schedule(run_at: object, delay: object) -> tuple[int | None, int]:
     """Return ``(absolute run_at or None, delay in seconds)`` from the two options.
 
     ``run_at`` is epoch seconds (int or float) or an aware ``datetime``, rounded up to
-    a whole second; ``delay`` is seconds from
-    the database's now. At most one may be given.
+    a whole second; ``delay`` is seconds from the database's now, turned into the
+    whole seconds to add to it so the job never runs early
+    (:func:`~sqlq_orm.core.timing.not_before`). At most one may be given.
     """
     if run_at is not None and delay is not None:
         raise InvalidInput(
@@ -274,7 +284,8 @@ def schedule(run_at: object, delay: object) -> tuple[int | None, int]:
         raise InvalidInput(
             f"delay must be between 0 and {MAX_EPOCH_SECONDS} seconds, got {delay!r}"
         )
-    return None, int(round(delay))
+    # Never early: the database's now is the current second truncated (see timing).
+    return None, timing.not_before(delay)
 
 
 def _epoch_seconds(run_at: object) -> int:
@@ -323,3 +334,26 @@ def concurrency(key: object, limit: object, key_max_length: int) -> tuple[str | 
     if limit is None:
         return name, 1
     return name, require_int("concurrency_limit", limit, minimum=1, maximum=INT32_MAX)
+
+
+SCHEMA_NAME_MAX = 63
+"""PostgreSQL's identifier limit (MariaDB's database names allow 64)."""
+
+
+def schema_name(value: object) -> str | None:
+    """A schema (database, on MariaDB) name for the queue's tables: letters, digits and
+    underscores, not starting with a digit, at most 63 characters; None: the default."""
+    if value is None:
+        return None
+    if (
+        not isinstance(value, str)
+        or not value
+        or len(value) > SCHEMA_NAME_MAX
+        or not (value[0].isascii() and (value[0].isalpha() or value[0] == "_"))
+        or not all(c.isascii() and (c.isalnum() or c == "_") for c in value)
+    ):
+        raise InvalidInput(
+            f"schema must be a name of letters, digits and underscores (not starting with "
+            f"a digit, at most {SCHEMA_NAME_MAX} characters), got {_short(value)}"
+        )
+    return value

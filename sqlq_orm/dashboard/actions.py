@@ -1,66 +1,64 @@
 """The writes: retry and cancel, of one job or of a filtered selection.
 
 Every write is two steps. ``GET confirm`` shows what would change (the job, or how many
-jobs match) and a form; ``POST`` does it. The POST is refused (403, nothing changed)
-when actions are not enabled or the CSRF token does not match the browser's cookie.
-The work itself is :meth:`Queue.retry <sqlq_orm.Queue.retry>` and
-:meth:`Queue.cancel <sqlq_orm.Queue.cancel>`, one job per transaction, recorded with
-the actor ``dashboard``.
+jobs match) and a form; ``POST`` does it and redirects (303) to a page showing the
+outcome, so reloading that page shows it again instead of sending the form again.
+The POST is refused (403, nothing changed) when actions are not enabled or the CSRF
+token does not match the browser's cookie. The work itself is
+:meth:`Queue.retry <sqlq_orm.Queue.retry>` and :meth:`Queue.cancel
+<sqlq_orm.Queue.cancel>`, one job per transaction, recorded with the actor
+``dashboard``. A bulk action applies to at most :data:`MAX_BULK` jobs, the newest,
+read in batches of :data:`~sqlq_orm.ops.joblist.MAX_SELECTION`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import secrets
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
 from urllib.parse import parse_qsl
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
 
-from sqlq_orm.dashboard.pages import filter_params, parse_filter, parse_int
+from sqlq_orm.dashboard.pages import filter_params, parse_filter, parse_job_id
 from sqlq_orm.dashboard.rendering import Renderer
 from sqlq_orm.dashboard.security import CSRF_COOKIE, CSRF_FIELD, CsrfTokens
+from sqlq_orm.dashboard.verbs import ACTIONS, Action
 from sqlq_orm.errors import InvalidInput, InvalidTransition, JobNotFound
-from sqlq_orm.ops.joblist import MAX_SELECTION, JobFilter, matching_ids
+from sqlq_orm.ops.joblist import MAX_SELECTION, JobFilter, count_matching, matching_ids
 from sqlq_orm.queue.queue import Queue
-from sqlq_orm.schema.states import JobStatus
 
 ACTOR = "dashboard"
 MAX_FORM_BYTES = 16 * 1024
-
-
-@dataclass(frozen=True)
-class Action:
-    """What an action does and which statuses it applies to."""
-
-    name: str
-    verb: str
-    applies_to: tuple[str, ...]
-
-
-ACTIONS = {
-    "retry": Action("retry", "Retry", (JobStatus.FAILED.value, JobStatus.CANCELLED.value)),
-    "cancel": Action(
-        "cancel",
-        "Cancel",
-        (JobStatus.QUEUED.value, JobStatus.CLAIMED.value, JobStatus.RUNNING.value),
-    ),
-}
+MAX_BULK = 10_000
+"""Jobs one bulk action applies to at most (the newest that match)."""
+KEPT_OUTCOMES = 256
+"""Outcomes held for their result pages (per process; the oldest go first)."""
 
 
 def selection(queue: Queue, action: Action, job_filter: JobFilter) -> list[int]:
-    """Ids (newest first, at most :data:`MAX_SELECTION`) the action would apply to."""
-    statuses = [s for s in action.applies_to if job_filter.status in (None, s)]
+    """Ids (newest first, at most :data:`MAX_BULK`) the action would apply to."""
     ids: list[int] = []
-    for status in statuses:
-        ids.extend(matching_ids(queue, replace(job_filter, status=status)))
-    return sorted(ids, reverse=True)[:MAX_SELECTION]
+    for status in action.statuses_for(job_filter):
+        narrowed = replace(job_filter, status=status)
+        before = None
+        while len(ids) < MAX_BULK * len(action.applies_to):
+            batch = matching_ids(queue, narrowed, limit=MAX_SELECTION, before=before)
+            ids.extend(batch)
+            if len(batch) < MAX_SELECTION:
+                break
+            before = batch[-1]
+    return sorted(ids, reverse=True)[:MAX_BULK]
 
 
 @dataclass
 class Outcome:
     done: list[int]
     skipped: list[tuple[int, str]]
+    job_id: int | None = None
+    params: dict[str, str] = field(default_factory=dict)
 
 
 def apply(queue: Queue, action: Action, ids: list[int]) -> Outcome:
@@ -79,8 +77,28 @@ def apply(queue: Queue, action: Action, ids: list[int]) -> Outcome:
     return outcome
 
 
+async def read_capped(request: Request, limit: int) -> bytes | None:
+    """The request body, or None once it is known to exceed ``limit`` bytes.
+
+    A declared ``Content-Length`` over the limit is refused before anything is read;
+    otherwise the body is read chunk by chunk and reading stops at the first byte
+    past the limit (a chunked body declares no length).
+    """
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > limit):
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 class Actions:
-    """The confirm (GET) and perform (POST) handlers."""
+    """The confirm (GET), perform (POST) and outcome (GET) handlers."""
 
     def __init__(
         self, queue: Queue, renderer: Renderer, csrf: CsrfTokens, *, enabled: bool
@@ -89,10 +107,16 @@ class Actions:
         self.render = renderer
         self.csrf = csrf
         self.enabled = enabled
+        self.outcomes: OrderedDict[str, Outcome] = OrderedDict()
 
     def _refuse(self, request: Request, message: str) -> Response:
         return self.render.page(
             request, "error.html", status_code=403, refresh=False, message=message
+        )
+
+    def _error(self, request: Request, status_code: int, message: str) -> Response:
+        return self.render.page(
+            request, "error.html", status_code=status_code, refresh=False, message=message
         )
 
     def _action(self, request: Request) -> Action | None:
@@ -105,25 +129,33 @@ class Actions:
         if not self.enabled:
             return self._refuse(request, DISABLED)
         try:
-            job_id = parse_int("job", request.query_params.get("job"))
+            job_id = parse_job_id("job", request.query_params.get("job"))
             job_filter = parse_filter(request.query_params)
         except InvalidInput as error:
-            return self.render.page(
-                request, "error.html", status_code=400, refresh=False, message=str(error)
-            )
+            return self._error(request, 400, str(error))
         if job_id is None and job_filter.is_empty:
-            return self.render.page(
+            return self._error(
                 request,
-                "error.html",
-                status_code=400,
-                refresh=False,
-                message="a bulk action needs at least one filter (refusing to act on every job)",
+                400,
+                "a bulk action needs at least one filter (refusing to act on every job)",
             )
-        ids = (
-            [job_id]
-            if job_id
-            else await run_in_threadpool(selection, self.queue, action, job_filter)
-        )
+        if job_id is not None:
+            try:
+                job = await run_in_threadpool(self.queue.get_job, job_id)
+            except JobNotFound:
+                return self._error(request, 404, f"there is no job with id {job_id}")
+            if job.status not in action.applies_to:
+                return self._error(
+                    request,
+                    409,
+                    f"job {job_id} is {job.status}: only {' or '.join(action.applies_to)} "
+                    f"jobs can be {action.past}",
+                )
+            count = 1
+        else:
+            count = await run_in_threadpool(
+                count_matching, self.queue, job_filter, action.statuses_for(job_filter)
+            )
         return self.render.page(
             request,
             "confirm.html",
@@ -131,9 +163,9 @@ class Actions:
             action=action,
             job_id=job_id,
             params=filter_params(job_filter),
-            count=len(ids),
-            capped=len(ids) >= MAX_SELECTION,
-            max_selection=MAX_SELECTION,
+            count=count,
+            applies=min(count, MAX_BULK),
+            max_bulk=MAX_BULK,
         )
 
     async def perform(self, request: Request) -> Response:
@@ -142,9 +174,13 @@ class Actions:
             return self._refuse(request, "unknown action")
         if not self.enabled:
             return self._refuse(request, DISABLED)
-        body = await request.body()
-        if len(body) > MAX_FORM_BYTES:
-            return self._refuse(request, "form too large")
+        body = await read_capped(request, MAX_FORM_BYTES)
+        if body is None:
+            return self._error(
+                request,
+                413,
+                f"form too large (more than {MAX_FORM_BYTES} bytes); nothing was changed",
+            )
         # A urlencoded form parsed here: Starlette's form parser would need
         # python-multipart for a form that has no file in it.
         form = dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
@@ -155,12 +191,10 @@ class Actions:
                 "nothing was changed (reload the page and confirm again)",
             )
         try:
-            job_id = parse_int("job", form.get("job"))
+            job_id = parse_job_id("job", form.get("job"))
             job_filter = parse_filter(form)
         except InvalidInput as error:
-            return self.render.page(
-                request, "error.html", status_code=400, refresh=False, message=str(error)
-            )
+            return self._error(request, 400, str(error))
         if job_id is None and job_filter.is_empty:
             return self._refuse(request, "a bulk action needs at least one filter")
 
@@ -169,13 +203,36 @@ class Actions:
             return apply(self.queue, action, ids)
 
         outcome = await run_in_threadpool(work)
+        outcome.job_id = job_id
+        outcome.params = filter_params(job_filter)
+        key = secrets.token_urlsafe(16)
+        self.outcomes[key] = outcome
+        while len(self.outcomes) > KEPT_OUTCOMES:
+            self.outcomes.popitem(last=False)
+        # Redirect-after-POST: a reload of the result shows it again, sends nothing.
+        done_url = f"{request.scope.get('root_path', '').rstrip('/')}/actions/{action.name}/done"
+        return RedirectResponse(f"{done_url}?outcome={key}", status_code=303)
+
+    async def done(self, request: Request) -> Response:
+        action = self._action(request)
+        if action is None:
+            return self._refuse(request, "unknown action")
+        outcome = self.outcomes.get(request.query_params.get("outcome", ""))
+        if outcome is None:
+            return self._error(
+                request,
+                404,
+                "this outcome is no longer held (the dashboard restarted, or another of "
+                "its processes answered); each job's events record what was done, "
+                f"with the actor {ACTOR!r}",
+            )
         return self.render.page(
             request,
             "done.html",
             refresh=False,
             action=action,
-            job_id=job_id,
-            params=filter_params(job_filter),
+            job_id=outcome.job_id,
+            params=outcome.params,
             outcome=outcome,
         )
 

@@ -7,6 +7,7 @@ A host mounts it under a prefix (Starlette ``Mount("/jobs", app)``, FastAPI
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy.engine import Engine
@@ -22,7 +23,13 @@ from sqlq_orm.dashboard.actions import Actions
 from sqlq_orm.dashboard.metrics import exposition, metrics_registry
 from sqlq_orm.dashboard.pages import Pages
 from sqlq_orm.dashboard.rendering import Renderer, make_environment
-from sqlq_orm.dashboard.security import Authorize, CsrfTokens, loopback_only
+from sqlq_orm.dashboard.security import (
+    Authorize,
+    CsrfTokens,
+    HostAllowList,
+    cross_site_write,
+    loopback_only,
+)
 from sqlq_orm.db.tables import Models
 from sqlq_orm.errors import InvalidInput
 from sqlq_orm.queue.queue import Queue
@@ -30,18 +37,37 @@ from sqlq_orm.queue.queue import Queue
 DEFAULT_REFRESH_SECONDS = 5
 
 
-class _Authorization:
-    """Asks ``authorize(request)`` before anything else; False answers 403."""
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
-    def __init__(self, app: ASGIApp, authorize: Authorize) -> None:
+
+class _Gate:
+    """Before anything else: the ``Host`` must be allowed (else 400), ``authorize``
+    must say yes (else 403), and a write must not come from another site (else 403)."""
+
+    def __init__(self, app: ASGIApp, authorize: Authorize, hosts: HostAllowList) -> None:
         self.app = app
         self.authorize = authorize
+        self.hosts = hosts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and not self.authorize(Request(scope)):
-            response = PlainTextResponse("403 Forbidden: not authorised", status_code=403)
-            await response(scope, receive, send)
-            return
+        if scope["type"] == "http":
+            request = Request(scope)
+            refusal = None
+            if not self.hosts.allows(request.headers.get("host")):
+                refusal = PlainTextResponse(
+                    "400 Bad Request: this dashboard does not answer for the host name "
+                    f"{request.headers.get('host')!r} (see allowed_hosts / --allowed-host)",
+                    status_code=400,
+                )
+            elif not self.authorize(request):
+                refusal = PlainTextResponse("403 Forbidden: not authorised", status_code=403)
+            elif request.method not in SAFE_METHODS and (why := cross_site_write(request)):
+                refusal = PlainTextResponse(
+                    f"403 Forbidden: {why}; nothing was changed", status_code=403
+                )
+            if refusal is not None:
+                await refusal(scope, receive, send)
+                return
         await self.app(scope, receive, send)
 
 
@@ -53,6 +79,7 @@ def create_app(
     authorize: Authorize | None = None,
     secret: bytes | None = None,
     refresh_seconds: int = DEFAULT_REFRESH_SECONDS,
+    allowed_hosts: Sequence[str] | None = None,
 ) -> ASGIApp:
     """The dashboard for ``queue`` (a :class:`~sqlq_orm.Queue`, or an engine plus the
     app's ``models``) as an ASGI app.
@@ -62,6 +89,12 @@ def create_app(
     tokens (default: random per process; pass one shared by every process when the
     host runs several behind one address). Pages refresh themselves every
     ``refresh_seconds`` (0: never).
+
+    ``allowed_hosts``: the ``Host`` names it answers (default: ``localhost``,
+    ``127.0.0.1``, ``::1``); a host app serving it under its own domain lists that
+    domain (``"jobs.example.com"``, ``".example.com"`` for subdomains too) or ``"*"``
+    when its own stack checks the host already. Anything else answers 400: a
+    DNS-rebinding page cannot read or drive the dashboard.
     """
     if isinstance(queue, Engine):
         queue = Queue(queue, models=models)
@@ -71,6 +104,7 @@ def create_app(
         raise InvalidInput(f"refresh_seconds must be an integer, got {refresh_seconds!r}")
     if refresh_seconds < 0:
         raise InvalidInput(f"refresh_seconds must be >= 0, got {refresh_seconds}")
+    hosts = HostAllowList(allowed_hosts)
     csrf = CsrfTokens(secret)
     renderer = Renderer(
         make_environment(), csrf, actions_enabled=enable_actions, refresh_seconds=refresh_seconds
@@ -95,8 +129,9 @@ def create_app(
             Route("/dependencies", pages.dependencies, name="dependencies"),
             Route("/metrics", metrics, name="metrics"),
             Route("/actions/{action}", actions.confirm, methods=["GET"], name="confirm"),
+            Route("/actions/{action}/done", actions.done, methods=["GET"], name="done"),
             Route("/actions/{action}", actions.perform, methods=["POST"], name="perform"),
             Mount("/static", StaticFiles(packages=[("sqlq_orm.dashboard", "static")])),
         ]
     )
-    return _Authorization(app, authorize or loopback_only)
+    return _Gate(app, authorize or loopback_only, hosts)

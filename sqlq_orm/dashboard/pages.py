@@ -16,18 +16,60 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
+from sqlq_orm.core.validation import MAX_JOB_ID
 from sqlq_orm.dashboard.charts import Series, stacked_bars
 from sqlq_orm.dashboard.rendering import Renderer
+from sqlq_orm.dashboard.verbs import ACTIONS
 from sqlq_orm.errors import InvalidInput, JobNotFound
 from sqlq_orm.ops.dependencies import waiting_jobs
 from sqlq_orm.ops.history import History, finished_history
-from sqlq_orm.ops.joblist import JobFilter, list_jobs
+from sqlq_orm.ops.joblist import MAX_COUNTED, JobFilter, count_capped, list_jobs
 from sqlq_orm.ops.render.text import STATUS_ORDER
+from sqlq_orm.ops.stats import collect_workers
 from sqlq_orm.ops.timeline import job_timeline
 from sqlq_orm.queue.queue import Queue
-from sqlq_orm.schema.states import TERMINAL, JobStatus
 
-FILTER_PARAMS = ("status", "queue", "type", "error_code", "id", "dedupe_key")
+OVERDUE_AFTER_SECONDS = 60
+"""A schedule slot this long past is shown as overdue (nothing ticked it), not just due."""
+
+FILTER_PARAMS = (
+    "status",
+    "queue",
+    "type",
+    "error_code",
+    "id",
+    "dedupe_key",
+    "worker",
+    "created_after",
+    "created_before",
+)
+MOMENT_FORMATS = (
+    "%Y-%m-%d",
+    "%Y-%m-%dT%H:%M",
+    "%Y-%m-%d %H:%M",
+    "%Y-%m-%dT%H:%M:%S",
+    "%Y-%m-%d %H:%M:%S",
+)
+
+
+def parse_moment(name: str, text: str | None) -> int | None:
+    """A UTC moment, ``YYYY-MM-DD[ HH:MM[:SS]]`` (a ``T`` works too), as epoch seconds."""
+    if text is None or not text.strip():
+        return None
+    cleaned = text.strip().removesuffix("Z")
+    for layout in MOMENT_FORMATS:
+        try:
+            return int(datetime.strptime(cleaned, layout).replace(tzinfo=UTC).timestamp())
+        except ValueError:
+            continue
+    raise InvalidInput(f"{name} must be a UTC time like 2026-11-24 09:30, got {text!r}")
+
+
+def format_moment(value: int | None) -> str | None:
+    """The inverse of :func:`parse_moment` (None for None)."""
+    if value is None:
+        return None
+    return datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%d %H:%M:%S").removesuffix(":00")
 
 
 def parse_int(name: str, text: str | None) -> int | None:
@@ -43,6 +85,14 @@ def parse_int(name: str, text: str | None) -> int | None:
     return value
 
 
+def parse_job_id(name: str, text: str | None) -> int | None:
+    """A job id query or form field (blank means absent): 1 to 2**63 - 1."""
+    value = parse_int(name, text)
+    if value is not None and value > MAX_JOB_ID:
+        raise InvalidInput(f"{name} must be a job id from 1 to {MAX_JOB_ID}, got {value}")
+    return value
+
+
 def parse_filter(params: Mapping[str, str]) -> JobFilter:
     """The jobs filter from query or form fields; blank fields are ignored."""
 
@@ -55,8 +105,11 @@ def parse_filter(params: Mapping[str, str]) -> JobFilter:
         queue=text("queue"),
         type=text("type"),
         error_code=text("error_code"),
-        job_id=parse_int("id", params.get("id")),
+        job_id=parse_job_id("id", params.get("id")),
         dedupe_key=text("dedupe_key"),
+        worker=text("worker"),
+        created_after=parse_moment("created_after", params.get("created_after")),
+        created_before=parse_moment("created_before", params.get("created_before")),
     )
 
 
@@ -69,13 +122,45 @@ def filter_params(job_filter: JobFilter) -> dict[str, str]:
         "error_code": job_filter.error_code,
         "id": None if job_filter.job_id is None else str(job_filter.job_id),
         "dedupe_key": job_filter.dedupe_key,
+        "worker": job_filter.worker,
+        "created_after": format_moment(job_filter.created_after),
+        "created_before": format_moment(job_filter.created_before),
     }
     return {k: v for k, v in values.items() if v is not None}
 
 
-def history_charts(history: History) -> dict[str, Any]:
-    labels = [datetime.fromtimestamp(b.start, UTC).strftime("%H:%M") for b in history.buckets]
-    bucket_minutes = history.buckets[0].seconds // 60 if history.buckets else 1
+CHART_RANGES = {
+    # name: (window seconds, buckets): 2 min, 30 min and 4 h bars.
+    "1h": (3600, 30),
+    "24h": (86_400, 48),
+    "7d": (7 * 86_400, 42),
+}
+DEFAULT_CHART_RANGE = "1h"
+
+
+def parse_range(text: str | None) -> str:
+    """The overview's chart range (``1h``, ``24h``, ``7d``; blank: 1h)."""
+    if text is None or not text.strip():
+        return DEFAULT_CHART_RANGE
+    if text not in CHART_RANGES:
+        raise InvalidInput(f"range must be one of {', '.join(CHART_RANGES)}, got {text!r}")
+    return text
+
+
+def bucket_words(seconds: int) -> str:
+    """``2 min``, ``30 min``, ``4 h``: a bucket's length as the chart title says it."""
+    if seconds % 3600 == 0:
+        return f"{seconds // 3600} h"
+    if seconds % 60 == 0:
+        return f"{seconds // 60} min"
+    return f"{seconds} s"
+
+
+def history_charts(history: History, range_name: str = DEFAULT_CHART_RANGE) -> dict[str, Any]:
+    label_format = "%a %H:%M" if range_name == "7d" else "%H:%M"
+    labels = [datetime.fromtimestamp(b.start, UTC).strftime(label_format) for b in history.buckets]
+    bucket = bucket_words(history.buckets[0].seconds if history.buckets else 60)
+    span = {"1h": "last hour", "24h": "last 24 hours", "7d": "last 7 days"}[range_name]
     finished = stacked_bars(
         labels,
         [
@@ -83,14 +168,21 @@ def history_charts(history: History) -> dict[str, Any]:
             Series("failed", "bad", [b.failed for b in history.buckets]),
             Series("cancelled", "muted", [b.cancelled for b in history.buckets]),
         ],
-        title=f"Jobs finished per {bucket_minutes} min, last hour",
+        title=f"Jobs finished per {bucket}, {span}",
     )
     failures = stacked_bars(
         labels,
         [Series("failed", "bad", [b.failed for b in history.buckets])],
-        title=f"Jobs failed per {bucket_minutes} min, last hour",
+        title=f"Jobs failed per {bucket}, {span}",
     )
-    return {"finished_chart": finished, "failures_chart": failures}
+    return {
+        "finished_chart": finished,
+        "failures_chart": failures,
+        "chart_range": range_name,
+        "chart_ranges": list(CHART_RANGES),
+        "bucket": bucket,
+        "span": span,
+    }
 
 
 class Pages:
@@ -106,22 +198,35 @@ class Pages:
         )
 
     async def overview(self, request: Request) -> Response:
+        try:
+            range_name = parse_range(request.query_params.get("range"))
+        except InvalidInput as error:
+            return self._bad_request(request, error)
+        window, buckets = CHART_RANGES[range_name]
         stats, history = await run_in_threadpool(
-            lambda: (self.queue.stats(), finished_history(self.queue))
+            lambda: (
+                self.queue.stats(),
+                finished_history(self.queue, window_seconds=window, buckets=buckets),
+            )
         )
         return self.render.page(
             request,
             "overview.html",
             stats=stats,
             statuses=STATUS_ORDER,
-            **history_charts(history),
+            **history_charts(history, range_name),
         )
 
     async def jobs(self, request: Request) -> Response:
         try:
             job_filter = parse_filter(request.query_params)
-            before = parse_int("before", request.query_params.get("before"))
-            page = await run_in_threadpool(list_jobs, self.queue, job_filter, before=before)
+            before = parse_job_id("before", request.query_params.get("before"))
+            page, total = await run_in_threadpool(
+                lambda: (
+                    list_jobs(self.queue, job_filter, before=before),
+                    count_capped(self.queue, job_filter, cap=MAX_COUNTED),
+                )
+            )
         except InvalidInput as error:
             return self._bad_request(request, error)
         return self.render.page(
@@ -132,6 +237,10 @@ class Pages:
             params=filter_params(job_filter),
             statuses=STATUS_ORDER,
             before=before,
+            total=total,
+            max_counted=MAX_COUNTED,
+            # A bulk action is offered only where the filter leaves it something to do.
+            bulk_actions=[a for a in ACTIONS.values() if a.statuses_for(job_filter)],
         )
 
     async def job(self, request: Request) -> Response:
@@ -146,18 +255,19 @@ class Pages:
                 refresh=False,
                 message=f"there is no job with id {job_id}",
             )
-        status = JobStatus(timeline.job.status)
+        status = timeline.job.status
         return self.render.page(
             request,
             "job.html",
             t=timeline,
-            can_retry=status in (JobStatus.FAILED, JobStatus.CANCELLED),
-            can_cancel=status not in TERMINAL,
+            can_retry=status in ACTIONS["retry"].applies_to,
+            can_cancel=status in ACTIONS["cancel"].applies_to,
         )
 
     async def workers(self, request: Request) -> Response:
-        stats = await run_in_threadpool(self.queue.stats)
-        return self.render.page(request, "workers.html", stats=stats)
+        # Only the workers' queries, not the whole stats report.
+        report = await run_in_threadpool(collect_workers, self.queue)
+        return self.render.page(request, "workers.html", stats=report)
 
     async def schedules(self, request: Request) -> Response:
         # A host's models may leave the schedule model out (``Models.schedule`` None):
@@ -167,7 +277,13 @@ class Pages:
         schedules, now = await run_in_threadpool(
             lambda: (self.queue.list_schedules(), self.queue.context.read_now())
         )
-        return self.render.page(request, "schedules.html", schedules=schedules, now=now)
+        return self.render.page(
+            request,
+            "schedules.html",
+            schedules=schedules,
+            now=now,
+            overdue_after=OVERDUE_AFTER_SECONDS,
+        )
 
     async def dependencies(self, request: Request) -> Response:
         """The WAITING jobs, oldest first, each with the parents it waits on."""

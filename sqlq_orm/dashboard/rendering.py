@@ -79,11 +79,29 @@ def format_duration(seconds: int | None) -> str:
     return f"{sign}{seconds}s"
 
 
+def format_detail(value: Any) -> str:
+    """An event's detail as compact JSON, with its moments (``*_at`` epoch seconds)
+    written as UTC times: ``"run_at": "2023-11-14 22:15:00Z"``, not ``1700000100``."""
+    if isinstance(value, dict):
+        value = {
+            key: format_ts(item)
+            if key.endswith("_at") and isinstance(item, int) and not isinstance(item, bool)
+            else item
+            for key, item in value.items()
+        }
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
 def format_json(value: Any) -> str:
     """Decoded JSON shown indented (text that did not decode is shown as is)."""
     if isinstance(value, str):
         return value
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def format_thousands(value: int | None) -> str:
+    """``1,234,567``: counts an operator reads at a glance (empty for None)."""
+    return "" if value is None else f"{int(value):,}"
 
 
 def make_environment() -> Environment:
@@ -97,6 +115,8 @@ def make_environment() -> Environment:
     env.filters["local"] = format_local
     env.filters["duration"] = format_duration
     env.filters["json"] = format_json
+    env.filters["detail"] = format_detail
+    env.filters["thousands"] = format_thousands
     return env
 
 

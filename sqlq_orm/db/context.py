@@ -18,7 +18,9 @@ from sqlalchemy import select
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.orm import Session
 
+from sqlq_orm.core import validation
 from sqlq_orm.db.backends import Backend, backend_for
+from sqlq_orm.db.backends.base import AFTER_TRANSACTION
 from sqlq_orm.db.clock import Clock, DatabaseClock
 from sqlq_orm.db.engine import DEFAULT_BUSY_TIMEOUT_MS, adopt_engine
 from sqlq_orm.db.statements import Statements
@@ -33,22 +35,34 @@ class QueueContext:
 
     ``engine`` must carry sqlq's hooks (:func:`sqlq_orm.configure_engine`); ``models``
     names the mapped classes (the library's by default, or a host app's); ``clock``
-    says "now" in SQL (the database's own clock unless a test pins one).
+    says "now" in SQL (the database's own clock unless a test pins one). ``schema``
+    puts the tables in a schema of that name (PostgreSQL; a database on MariaDB).
     """
 
     def __init__(
-        self, engine: Engine, *, models: Models | None = None, clock: Clock | None = None
+        self,
+        engine: Engine,
+        *,
+        models: Models | None = None,
+        clock: Clock | None = None,
+        schema: str | None = None,
     ) -> None:
         adopt_engine(engine)
         self.engine = engine
         self.models = models or Models.default()
         self.clock = clock or DatabaseClock()
         self.dialect: Backend = backend_for(engine)
-        self.tables: Tables = self.models.tables()
+        self.schema = schema_for(engine, schema)
+        self.tables: Tables = self.models.tables(self.schema)
         self.sql = Statements(self.tables, self.dialect, self.clock.sql_now())
-        self._read_engine = engine.execution_options(**self.dialect.read_options)
-        self._write_engine = engine.execution_options(**self.dialect.write_options)
-        self._snapshot_engine = engine.execution_options(**self.dialect.snapshot_options)
+        # The statements name the schema; the ORM reads (the models' own tables) are
+        # sent there by the translation on the queue's engines.
+        in_schema = {} if self.schema is None else {"schema_translate_map": {None: self.schema}}
+        self._read_engine = engine.execution_options(**self.dialect.read_options, **in_schema)
+        self._write_engine = engine.execution_options(**self.dialect.write_options, **in_schema)
+        self._snapshot_engine = engine.execution_options(
+            **self.dialect.snapshot_options, **in_schema
+        )
         self._same_database: weakref.WeakSet[Engine] = weakref.WeakSet()
         self._write_lock = write_lock_for(engine) if self.dialect.serialize_writes else None
         busy_ms = engine.get_execution_options().get(BUSY_TIMEOUT_OPTION, DEFAULT_BUSY_TIMEOUT_MS)
@@ -67,7 +81,11 @@ class QueueContext:
             yield connection
             return
         if self._write_lock is None:
-            with self._write_engine.begin() as connection:
+            with (
+                self._write_engine.connect() as connection,
+                _then_after_transaction(connection),
+                connection.begin(),
+            ):
                 yield connection
             return
         with (
@@ -119,6 +137,34 @@ class QueueContext:
         """Read "now" in a read transaction of its own."""
         with self.read() as connection:
             return self.now(connection)
+
+
+@contextmanager
+def _then_after_transaction(connection: Connection) -> Iterator[None]:
+    """Around a transaction of our own: run what it asked to run once it has ended
+    (:func:`~sqlq_orm.db.backends.base.after_transaction`, e.g. letting go of MySQL
+    named locks), committed or rolled back. A call that fails invalidates the
+    connection: the session, and whatever it held, goes away with it."""
+    try:
+        yield
+    finally:
+        for call in connection.info.pop(AFTER_TRANSACTION, []):
+            try:
+                call(connection)
+            except Exception:  # noqa: BLE001 - the transaction's own outcome comes first
+                connection.invalidate()
+                break
+
+
+def schema_for(engine: Engine, schema: object) -> str | None:
+    """``schema`` checked: a valid name, on a database that has schemas (not SQLite)."""
+    name = validation.schema_name(schema)
+    if name is not None and engine.dialect.name == "sqlite":
+        raise InvalidInput(
+            f"schema={name!r}: SQLite has no schemas; give the queue a database file of "
+            "its own instead"
+        )
+    return name
 
 
 def database_identity(url: URL) -> tuple[str, str | None]:

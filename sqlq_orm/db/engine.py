@@ -17,6 +17,7 @@ import sqlalchemy
 from sqlalchemy.engine import Engine
 
 from sqlq_orm.db.backends import find_backend
+from sqlq_orm.db.pooling import asyncpg_connect_args, use_transaction_pooling
 from sqlq_orm.errors import InvalidInput, SqlqWarning
 
 if TYPE_CHECKING:
@@ -101,7 +102,13 @@ def adopt_engine(engine: Engine) -> None:
     )
 
 
-def configure_engine(engine: Engine, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> Engine:
+def configure_engine(
+    engine: Engine,
+    *,
+    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+    transaction_pooling: bool = False,
+    listen_url: str | sqlalchemy.URL | None = None,
+) -> Engine:
     """Install sqlq_orm's hooks on an existing engine (a host app's) and return it.
 
     On SQLite every new pooled connection gets ``foreign_keys=ON``,
@@ -109,7 +116,19 @@ def configure_engine(engine: Engine, *, busy_timeout_ms: int = DEFAULT_BUSY_TIME
     ``synchronous=NORMAL``, and transactions begin with ``BEGIN IMMEDIATE`` unless
     the connection asks for a read. Connections already in the pool are not touched,
     so call this before the engine is first used. Calling it twice is harmless.
+
+    ``transaction_pooling``: the engine reaches PostgreSQL through a transaction
+    pooler (PgBouncer, ``pool_mode = transaction``); see :mod:`sqlq_orm.db.pooling`.
+    Its connections prepare no server-side statements, and the workers' ``LISTEN``
+    goes to ``listen_url`` (PostgreSQL's own address), or they poll without one.
     """
+    if listen_url is not None and not transaction_pooling:
+        raise InvalidInput(
+            "listen_url is for an engine behind a transaction pooler; pass "
+            "transaction_pooling=True with it (a direct engine listens on its own URL)"
+        )
+    if transaction_pooling:
+        use_transaction_pooling(engine, listen_url)
     if getattr(engine, _HOOKED_ATTR, False):
         return engine
     backend = find_backend(engine)
@@ -124,6 +143,8 @@ def create_engine(
     url: str | sqlalchemy.URL,
     *,
     busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+    transaction_pooling: bool = False,
+    listen_url: str | sqlalchemy.URL | None = None,
     **kwargs: Any,
 ) -> Engine:
     """Create a SQLAlchemy engine with sqlq_orm's hooks installed.
@@ -151,13 +172,20 @@ def create_engine(
             "synchronous driver (e.g. postgresql+psycopg://), or use "
             "sqlq_orm.create_async_engine with sqlq_orm.AsyncQueue"
         )
-    return configure_engine(engine, busy_timeout_ms=busy_timeout_ms)
+    return configure_engine(
+        engine,
+        busy_timeout_ms=busy_timeout_ms,
+        transaction_pooling=transaction_pooling,
+        listen_url=listen_url,
+    )
 
 
 def create_async_engine(
     url: str | sqlalchemy.URL,
     *,
     busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+    transaction_pooling: bool = False,
+    listen_url: str | sqlalchemy.URL | None = None,
     **kwargs: Any,
 ) -> AsyncEngine:
     """Create a SQLAlchemy :class:`~sqlalchemy.ext.asyncio.AsyncEngine` with sqlq_orm's
@@ -170,18 +198,27 @@ def create_async_engine(
     uses psycopg 3's async connection. The hooks are the synchronous engine's (on
     SQLite the same PRAGMAs and ``BEGIN IMMEDIATE`` for writes): SQLAlchemy runs them
     through its greenlet bridge on every driver, and so are the engine options of
-    :func:`create_engine` (MariaDB at READ COMMITTED).
+    :func:`create_engine` (MariaDB at READ COMMITTED). With ``transaction_pooling``
+    (PgBouncer in transaction mode) asyncpg keeps no statement cache and names each
+    statement it prepares uniquely; psycopg prepares none on the server.
     """
     parsed = sqlalchemy.make_url(url)
     default_driver = DEFAULT_ASYNC_DRIVERS.get(parsed.drivername)
     if default_driver is not None:
         parsed = parsed.set(drivername=f"{parsed.drivername}+{default_driver}")
     kwargs = {**DEFAULT_ENGINE_OPTIONS.get(parsed.get_backend_name(), {}), **kwargs}
+    if transaction_pooling and parsed.get_driver_name() == "asyncpg":
+        kwargs["connect_args"] = {**asyncpg_connect_args(), **kwargs.get("connect_args", {})}
     # Needs greenlet: see the TYPE_CHECKING import at the top.
     from sqlalchemy.ext.asyncio import create_async_engine as create_asyncio_engine
 
     engine = create_asyncio_engine(parsed, **kwargs)
-    configure_engine(engine.sync_engine, busy_timeout_ms=busy_timeout_ms)
+    configure_engine(
+        engine.sync_engine,
+        busy_timeout_ms=busy_timeout_ms,
+        transaction_pooling=transaction_pooling,
+        listen_url=listen_url,
+    )
     return engine
 
 

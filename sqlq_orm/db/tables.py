@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
-from sqlalchemy import Table
+from sqlalchemy import MetaData, Table
 
 from sqlq_orm.schema.models import (
     Job,
     JobAttempt,
     JobDependency,
     JobEvent,
+    QueueControl,
     ScheduleRecord,
     WorkerRecord,
 )
@@ -25,7 +27,9 @@ class Tables:
     are then unavailable (a host app binds :class:`~sqlq_orm.schema.mixins.ScheduleMixin`
     to use them). ``dependencies`` is None likewise when the models name no dependency
     model: ``depends_on`` is then refused (bind
-    :class:`~sqlq_orm.schema.mixins.JobDependencyMixin` to use it).
+    :class:`~sqlq_orm.schema.mixins.JobDependencyMixin` to use it). ``queues`` is None
+    when the models name no queue-control model: queues cannot be paused then (bind
+    :class:`~sqlq_orm.schema.controls.QueueControlMixin`).
     """
 
     jobs: Table
@@ -34,6 +38,7 @@ class Tables:
     workers: Table
     schedules: Table | None = None
     dependencies: Table | None = None
+    queues: Table | None = None
 
 
 @dataclass(frozen=True)
@@ -43,7 +48,9 @@ class Models:
     ``schedule`` (a class bound from :class:`~sqlq_orm.schema.mixins.ScheduleMixin`)
     is optional: without it the queue runs no recurring schedules. ``dependency`` (a
     class bound from :class:`~sqlq_orm.schema.mixins.JobDependencyMixin`) is optional
-    too: without it jobs cannot ``depends_on`` others.
+    too: without it jobs cannot ``depends_on`` others. ``queue_control`` (bound from
+    :class:`~sqlq_orm.schema.controls.QueueControlMixin`) is optional: without it
+    queues cannot be paused.
     """
 
     job: Any
@@ -52,6 +59,7 @@ class Models:
     worker: Any
     schedule: Any = None
     dependency: Any = None
+    queue_control: Any = None
 
     @classmethod
     def default(cls) -> Models:
@@ -63,10 +71,14 @@ class Models:
             worker=WorkerRecord,
             schedule=ScheduleRecord,
             dependency=JobDependency,
+            queue_control=QueueControl,
         )
 
-    def tables(self) -> Tables:
-        """The tables behind the models."""
+    def tables(self, schema: str | None = None) -> Tables:
+        """The tables behind the models; with ``schema``, copies of them in that schema
+        (foreign keys between them pointing there too), for statements that name it."""
+        if schema is not None:
+            return _tables_in_schema(self, schema)
 
         def table(model: Any) -> Table:
             return model.__table__  # type: ignore[no-any-return]
@@ -78,4 +90,31 @@ class Models:
             workers=table(self.worker),
             schedules=None if self.schedule is None else table(self.schedule),
             dependencies=None if self.dependency is None else table(self.dependency),
+            queues=None if self.queue_control is None else table(self.queue_control),
         )
+
+
+@cache
+def _tables_in_schema(models: Models, schema: str) -> Tables:
+    # One copy per (models, schema) in a process: the statements built on it are
+    # cached by SQLAlchemy per table object.
+    plain = models.tables()
+    metadata = MetaData(naming_convention=plain.jobs.metadata.naming_convention)
+
+    def copy(table: Table | None) -> Table | None:
+        return None if table is None else table.to_metadata(metadata, schema=schema)
+
+    jobs = copy(plain.jobs)
+    attempts = copy(plain.attempts)
+    events = copy(plain.events)
+    workers = copy(plain.workers)
+    assert jobs is not None and attempts is not None and events is not None
+    assert workers is not None
+    return Tables(
+        jobs=jobs,
+        attempts=attempts,
+        events=events,
+        workers=workers,
+        schedules=copy(plain.schedules),
+        dependencies=copy(plain.dependencies),
+    )

@@ -22,6 +22,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.pool import NullPool
 
 from alembic import context
+from sqlq_orm.db.backends import backend_for
 from sqlq_orm.db.engine import create_engine
 from sqlq_orm.migrations import (
     DATABASE_URL_ENV,
@@ -57,10 +58,16 @@ def run_migrations_offline() -> None:
 
 def run_migrations_on(connection: Connection) -> None:
     """Run the migrations on ``connection`` in one transaction (see safe_migration)."""
+    # sqlq_orm.migrate(schema=...): the tables and the version table go to that schema.
+    schema = config.attributes.get("version_table_schema")
     with safe_migration(connection):
-        context.configure(connection=connection, **options)
+        context.configure(connection=connection, **options, version_table_schema=schema)
         with context.begin_transaction():
-            context.run_migrations()
+            if schema is None:
+                context.run_migrations()
+                return
+            with backend_for(connection.engine).migrate_in_schema(connection, schema):
+                context.run_migrations()
 
 
 def run_migrations_online() -> None:

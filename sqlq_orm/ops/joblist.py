@@ -15,6 +15,7 @@ selection) applies to, capped at :data:`MAX_SELECTION`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +27,13 @@ from sqlq_orm.core import validation
 from sqlq_orm.db.context import HasContext, QueueContext, context_of
 from sqlq_orm.db.tables import Tables
 from sqlq_orm.errors import InvalidInput
-from sqlq_orm.schema.mixins import DEDUPE_KEY_MAX, ERROR_CODE_MAX, QUEUE_MAX, TYPE_MAX
+from sqlq_orm.schema.mixins import (
+    DEDUPE_KEY_MAX,
+    ERROR_CODE_MAX,
+    QUEUE_MAX,
+    TYPE_MAX,
+    WORKER_ID_MAX,
+)
 from sqlq_orm.schema.states import JobStatus
 
 DEFAULT_PAGE_SIZE = 50
@@ -36,7 +43,9 @@ SCAN_CHUNK = 100_000
 MAX_SCAN_CHUNKS = 3
 """Ranges read per page at most: a page never reads more than 300,000 ids' rows."""
 MAX_SELECTION = 1000
-"""Jobs one bulk action applies to at most (the newest that match)."""
+"""Ids one :func:`matching_ids` call returns at most (a bulk action reads in batches)."""
+MAX_COUNTED = 10_000
+"""A list's total counts this far (:func:`count_capped`), then says "more than"."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +58,12 @@ class JobFilter:
     error_code: str | None = None
     job_id: int | None = None
     dedupe_key: str | None = None
+    worker: str | None = None
+    """The worker that claimed the job (``claimed_by``: its holder, or its last one)."""
+    created_after: int | None = None
+    """Created at or after this moment (epoch seconds)."""
+    created_before: int | None = None
+    """Created before this moment (epoch seconds)."""
 
     def __post_init__(self) -> None:
         if self.status is not None and self.status not in {s.value for s in JobStatus}:
@@ -62,6 +77,11 @@ class JobFilter:
         validation.optional_name("dedupe_key", self.dedupe_key, DEDUPE_KEY_MAX)
         if self.job_id is not None:
             validation.job_id(self.job_id)
+        validation.optional_name("worker", self.worker, WORKER_ID_MAX)
+        for name in ("created_after", "created_before"):
+            validation.optional_int(
+                name, getattr(self, name), minimum=0, maximum=validation.INT32_MAX
+            )
 
     @property
     def is_empty(self) -> bool:
@@ -78,10 +98,15 @@ class JobFilter:
             ("error_code", j.error_code),
             ("job_id", j.id),
             ("dedupe_key", j.dedupe_key),
+            ("worker", j.claimed_by),
         ):
             value = getattr(self, name)
             if value is not None:
                 terms.append(column == value)
+        if self.created_after is not None:
+            terms.append(j.created_at >= self.created_after)
+        if self.created_before is not None:
+            terms.append(j.created_at < self.created_before)
         return terms
 
 
@@ -156,6 +181,10 @@ class JobListQueries:
         j = self.tables.jobs.c
         return select(j.id).where(*where).order_by(j.id.desc()).limit(limit)
 
+    def count(self, where: list[ColumnElement[bool]]) -> Select[Any]:
+        """How many jobs match (a bulk action's confirmation shows the real number)."""
+        return select(func.count()).select_from(self.tables.jobs).where(*where)
+
 
 def _summary(row: Any) -> JobSummary:
     return JobSummary(**dict(row._mapping))
@@ -218,15 +247,48 @@ def matching_ids(
     job_filter: JobFilter,
     *,
     limit: int = MAX_SELECTION,
+    before: int | None = None,
 ) -> list[int]:
-    """Ids of the newest jobs (at most ``limit``) that match ``job_filter``, newest first.
+    """Ids of the newest jobs (at most ``limit``) that match ``job_filter``, newest first;
+    only ids below ``before`` when it is given (the next batch of a long selection).
 
     For bulk actions: the caller narrows the filter to the statuses the action applies
     to (e.g. FAILED for a retry), which a status-leading index serves.
     """
     limit = validation.require_int("limit", limit, minimum=1, maximum=MAX_SELECTION)
+    before = validation.optional_int("before", before, minimum=1)
     context = context_of(queue)
     q = JobListQueries(context.tables)
+    where = job_filter.conditions(context.tables)
+    if before is not None:
+        where.append(context.tables.jobs.c.id < before)
     with context.read() as connection:
-        rows = connection.execute(q.selection(job_filter.conditions(context.tables), limit))
+        rows = connection.execute(q.selection(where, limit))
         return [int(row.id) for row in rows]
+
+
+def count_capped(
+    queue: QueueContext | HasContext, job_filter: JobFilter, *, cap: int = MAX_COUNTED
+) -> int:
+    """How many jobs match ``job_filter``, counting no further than ``cap + 1``: a
+    list's total at a bounded cost (``cap + 1`` reads "more than ``cap``")."""
+    cap = validation.require_int("cap", cap, minimum=1, maximum=validation.INT32_MAX)
+    context = context_of(queue)
+    j = context.tables.jobs.c
+    found = select(j.id).where(*job_filter.conditions(context.tables)).limit(cap + 1).subquery()
+    with context.read() as connection:
+        return int(connection.execute(select(func.count()).select_from(found)).scalar_one())
+
+
+def count_matching(
+    queue: QueueContext | HasContext, job_filter: JobFilter, statuses: Sequence[str]
+) -> int:
+    """How many jobs match ``job_filter`` and are in one of ``statuses`` (none: 0)."""
+    if not statuses:
+        return 0
+    context = context_of(queue)
+    q = JobListQueries(context.tables)
+    where = job_filter.conditions(context.tables)
+    where.append(context.tables.jobs.c.status.in_(list(statuses)))
+    with context.read() as connection:
+        return int(connection.execute(q.count(where)).scalar_one())

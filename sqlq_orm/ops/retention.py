@@ -8,6 +8,7 @@ short transaction::
         SELECT id FROM sqlq_jobs
         WHERE status = ? AND finished_at < ?      -- ix_sqlq_jobs_finished
         ORDER BY finished_at LIMIT ?)
+    AND status = ? AND finished_at < ?            -- still due when its row is locked
 
 until a batch comes back short. Attempts and events go with their job through the
 ``ON DELETE CASCADE`` foreign keys, so no orphan is ever left; on SQLite a batch
@@ -151,18 +152,22 @@ class PruneQueries:
         """The database's backend; None: a LIMIT subquery as PostgreSQL and SQLite take it."""
 
     def delete_jobs(self, status: str, cutoff: int, batch_size: int) -> Delete:
-        """One batch: the oldest ``batch_size`` due jobs, found on ``ix_*_finished``."""
+        """One batch: the oldest ``batch_size`` due jobs, found on ``ix_*_finished``.
+
+        The status and cutoff are checked again by the DELETE itself, not only by the
+        subquery that picks the ids: a manual retry that committed while the delete
+        waited for the row's lock has made the job QUEUED, and PostgreSQL re-checks
+        only the outer WHERE against the row version it waited for (InnoDB's locking
+        read sees that version too). Without it the retried job, its attempts and
+        events would be deleted after the retry had returned.
+        """
         jobs = self.tables.jobs
         j = jobs.c
-        victims = (
-            select(j.id)
-            .where(j.status == status, j.finished_at < cutoff)
-            .order_by(j.finished_at)
-            .limit(batch_size)
-        )
+        due = (j.status == status, j.finished_at < cutoff)
+        victims = select(j.id).where(*due).order_by(j.finished_at).limit(batch_size)
         if self.dialect is not None:
             victims = self.dialect.limited_in_subquery(victims)
-        return delete(jobs).where(j.id.in_(victims))
+        return delete(jobs).where(j.id.in_(victims), *due)
 
     def count_jobs(self, status: str, cutoff: int) -> Select[Any]:
         j = self.tables.jobs.c

@@ -21,7 +21,6 @@ from sqlq_orm.schema.states import TERMINAL, AttemptStatus, Event, JobStatus
 class Administration(Dependencies):
     """What an operator does to a job by its id, and what they read."""
 
-    @retry_if_rolled_back
     def cancel(self, job_id: int, *, actor: str = SYSTEM_ACTOR, reason: str | None = None) -> None:
         """Cancel an unfinished job. A worker holding it loses its lease.
 
@@ -31,7 +30,13 @@ class Administration(Dependencies):
         :class:`~sqlq_orm.errors.JobNotFound` or
         :class:`~sqlq_orm.errors.InvalidTransition` (already finished).
         """
+        self._cancel(job_id, actor=actor, reason=reason)
+
+    @retry_if_rolled_back
+    def _cancel(self, job_id: int, *, actor: str, reason: str | None) -> int:
+        """:meth:`cancel`; returns how many dependent jobs were cancelled with it."""
         validation.job_id(job_id)
+        dependents: list[int] = []
         with self._write() as connection:
             status, attempt_count, _ = self._locked_status(connection, job_id)
             if status in TERMINAL:
@@ -52,9 +57,10 @@ class Administration(Dependencies):
             if reason:
                 detail["reason"] = error_codes.summarize_detail(reason) or ""
             self._write_events(connection, [self._event(job_id, Event.CANCELLED, actor, detail)])
-            woken = self._parents_ended(connection, [job_id], JobStatus.CANCELLED)
+            woken = self._parents_ended(connection, [job_id], JobStatus.CANCELLED, dependents)
         if woken:
             self._wake_workers(None, woken)
+        return len(dependents)
 
     @retry_if_rolled_back
     def retry(self, job_id: int, *, actor: str = SYSTEM_ACTOR) -> None:

@@ -118,12 +118,12 @@ class Claiming(QueueCore):
         keys = sorted({row.concurrency_key for row in rows if row.concurrency_key is not None})
         if not keys:
             return
-        if self.sql.lock_concurrency_keys is not None:
-            connection.execute(
-                self.sql.lock_concurrency_keys,
-                {"p_scope": self.sql.concurrency_lock_scope, "p_keys": keys},
-            )
-        held = connection.execute(self.sql.recount_held, {"p_keys": keys}).scalars().all()
+        lock_keys = self.dialect.lock_concurrency_keys
+        if lock_keys is not None and not lock_keys(
+            connection, self.sql.concurrency_lock_scope, keys
+        ):
+            raise _KeyOverLimit(f"no lock on the concurrency keys {keys} in time")
+        held = connection.execute(self.sql.recount_held, {"p_keys": keys}).all()
         over = over_limit(rows, held)
         if over:
             raise _KeyOverLimit(over)

@@ -27,6 +27,7 @@ from sqlq_orm.db.context import QueueContext
 from sqlq_orm.db.tables import Models
 from sqlq_orm.errors import (
     InvalidInput,
+    TransactionRolledBack,
 )
 from sqlq_orm.queue import app_columns
 from sqlq_orm.queue.schema import require_current_schema
@@ -78,13 +79,25 @@ def retry_if_rolled_back(
     ``with`` block rolls the rest back) has then written nothing, so running it again
     can neither lose nor double a job. With a caller's ``session`` the transaction is
     the caller's, and the error goes to the caller. Which errors qualify is the
-    backend's :attr:`~sqlq_orm.db.backends.base.Backend.is_retryable`.
+    backend's :attr:`~sqlq_orm.db.backends.base.Backend.is_retryable`. With the
+    caller's session, an error after which the database rolled the caller's whole
+    transaction back raises :class:`~sqlq_orm.errors.TransactionRolledBack`, saying so.
     """
 
     @functools.wraps(method)
     def run(queue: _Q, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         if kwargs.get("session") is not None:
-            return method(queue, *args, **kwargs)
+            try:
+                return method(queue, *args, **kwargs)
+            except DBAPIError as exc:
+                if not queue.dialect.rolls_back_transaction(exc):
+                    raise
+                raise TransactionRolledBack(
+                    f"{method.__name__}: {queue.dialect.title} rolled back your whole "
+                    f"transaction ({type(exc.orig).__name__}: {str(exc.orig).strip()[:200]}); "
+                    "nothing of it will be written: roll the session back and run the "
+                    "transaction again"
+                ) from exc
         for attempt in range(RETRIES_AFTER_ROLLBACK + 1):
             try:
                 return method(queue, *args, **kwargs)
@@ -124,6 +137,10 @@ class QueueCore:
     :func:`sqlq_orm.configure_engine`, or create it with :func:`sqlq_orm.create_engine`)
     or a :class:`~sqlalchemy.orm.sessionmaker` bound to one. ``clock`` defaults to the
     database's clock; tests pass a :class:`~sqlq_orm.db.clock.PinnedClock`.
+    ``schema`` keeps the tables in a PostgreSQL schema of that name (a database of
+    that name on MariaDB; SQLite has none): migrate it with
+    ``sqlq_orm.migrate.upgrade(engine, schema=...)``. Two queues in two schemas of one
+    database never see each other's jobs.
     """
 
     def __init__(
@@ -137,6 +154,7 @@ class QueueCore:
         payload_max_bytes: int = validation.DEFAULT_PAYLOAD_MAX_BYTES,
         heartbeat_event_interval: float = DEFAULT_HEARTBEAT_EVENT_INTERVAL,
         check_schema: bool = True,
+        schema: str | None = None,
     ) -> None:
         if isinstance(bind, sessionmaker):
             engine = bind.kw.get("bind")
@@ -145,7 +163,7 @@ class QueueCore:
             bind = engine
         if not isinstance(bind, Engine):
             raise InvalidInput(f"Queue needs an Engine or a sessionmaker, got {bind!r}")
-        self.context = QueueContext(bind, models=models, clock=clock)
+        self.context = QueueContext(bind, models=models, clock=clock, schema=schema)
         self.engine = bind
         self.models = self.context.models
         self.clock = self.context.clock

@@ -98,11 +98,19 @@ class Dependencies(QueueCore):
         if not wanted:
             return [None] * len(requests)
         params = {"p_ids": wanted}
+        # Flag the parents that have no child yet (an exclusive lock, once per parent),
+        # then share-lock them all (see DependencyStatements: the lock that holds off a
+        # parent's end without stalling the worker renewing its lease).
+        unflagged = connection.execute(self.sql.unflagged_parents, params).scalars().all()
+        if unflagged:
+            to_flag = {"p_ids": sorted(unflagged)}
+            locked = connection.execute(self.sql.lock_unflagged_parents, to_flag).scalars().all()
+            if locked:
+                connection.execute(self.sql.flag_parents, {"p_ids": list(locked)})
         found = {row.id for row in connection.execute(self.sql.lock_parents, params)}
         missing = [i for i in wanted if i not in found]
         if missing:
             raise InvalidInput(f"depends_on names jobs that do not exist: {missing}")
-        connection.execute(self.sql.flag_parents, params)
         statuses = {
             row.id: JobStatus(row.status)
             for row in connection.execute(self.sql.parent_states, params)
@@ -224,12 +232,17 @@ class Dependencies(QueueCore):
     # ---------------------------------------------------------------- end side
 
     def _parents_ended(
-        self, connection: Connection, ended: Iterable[int], outcome: JobStatus
+        self,
+        connection: Connection,
+        ended: Iterable[int],
+        outcome: JobStatus,
+        cancelled_children: list[int] | None = None,
     ) -> set[str]:
         """Count down or cancel the children of jobs that just ended as ``outcome``.
 
         Runs in the ending transaction. Returns the queues that got a job (for the
-        caller to wake workers after commit; the NOTIFY is sent here).
+        caller to wake workers after commit; the NOTIFY is sent here). The ids of the
+        descendants it cancelled are appended to ``cancelled_children`` when given.
         """
         if not self.sql.has_dependencies:
             return set()
@@ -237,6 +250,8 @@ class Dependencies(QueueCore):
         frontier = sorted(set(ended))
         while frontier:
             cancelled = self._release_children(connection, frontier, outcome, woken)
+            if cancelled_children is not None:
+                cancelled_children.extend(cancelled)
             frontier, outcome = cancelled, JobStatus.CANCELLED
         if woken:
             self._announce_jobs(connection, woken)

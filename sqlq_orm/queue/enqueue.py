@@ -270,7 +270,8 @@ class Enqueueing(Dependencies):
         with self._write(session) as connection:
             plans = self._plan_parents(connection, requests)
             bulk: dict[tuple[str, ...], list[int]] = {}
-            for index, (params, columns) in enumerate(prepared):
+            for index in _dedupe_keys_first_in_order(prepared):
+                params, columns = prepared[index]
                 plan = plans[index]
                 if plan is not None:
                     # Inserted on its own, like a deduplicated job: its ENQUEUED event
@@ -350,3 +351,20 @@ class Enqueueing(Dependencies):
         if len(ids) != len(rows):
             raise SqlqError(f"inserted {len(ids)} of {len(rows)} jobs; rolled back")
         return ids, False
+
+
+def _dedupe_keys_first_in_order(prepared: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[int]:
+    """The jobs' indexes: those with a dedupe key first, by key, then the rest in order.
+
+    Each dedupe insert may wait for a concurrent transaction's uncommitted insert of
+    the same key; two batches that took their keys in different orders could each wait
+    for the other (a deadlock). In key order, every batch waits in the same direction.
+    """
+    return sorted(
+        range(len(prepared)),
+        key=lambda i: (
+            prepared[i][0]["p_dedupe_key"] is None,
+            prepared[i][0]["p_dedupe_key"] or "",
+            i,
+        ),
+    )

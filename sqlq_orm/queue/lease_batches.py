@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from sqlq_orm.core import error_codes, validation
 from sqlq_orm.core.lease import Lease
@@ -31,12 +32,15 @@ class BatchedLeaseCalls(FailureRecording):
         :class:`~sqlq_orm.errors.LeaseLost` if the lease is no longer this worker's.
         Writes no event, except a HEARTBEAT at most every ``heartbeat_event_interval``.
         """
-        result = self.heartbeat_many([lease], lease_seconds)[lease.job_id]
+        # One lease: wait for its row if another transaction holds it (only this
+        # job's renewal waits).
+        result = self._renew([lease], lease_seconds, self.sql.heartbeat_batch).get(lease.job_id)
+        if result is None:  # changed hands between the renewal and the look at the row
+            raise LeaseLost(lease.job_id)
         if isinstance(result, Exception):
             raise result
         return result
 
-    @retry_if_rolled_back
     def heartbeat_many(
         self, leases: Sequence[Lease], lease_seconds: int | None = None
     ) -> dict[int, int | LeaseLost | MaxRuntimeExceeded]:
@@ -47,7 +51,19 @@ class BatchedLeaseCalls(FailureRecording):
         job alone (:class:`~sqlq_orm.errors.MaxRuntimeExceeded` or
         :class:`~sqlq_orm.errors.LeaseLost`). HEARTBEAT events are written as in
         ``heartbeat``, at most every ``heartbeat_event_interval`` per lease.
+
+        A job whose row another transaction holds locked (an app transaction that
+        enqueues a child of it with ``session=``, say) is passed over instead of
+        waited for, and is missing from the result: it was not renewed this time and
+        is still held, so renew it again at the next round. The other leases are
+        renewed at once; one locked row costs at most its own job's renewal.
         """
+        return self._renew(leases, lease_seconds, self.sql.heartbeat_unlocked)
+
+    @retry_if_rolled_back
+    def _renew(
+        self, leases: Sequence[Lease], lease_seconds: int | None, statement: Any
+    ) -> dict[int, int | LeaseLost | MaxRuntimeExceeded]:
         by_id = self._distinct_leases(leases, "heartbeat_many")
         seconds = validation.lease_seconds(
             self.default_lease_seconds if lease_seconds is None else lease_seconds
@@ -62,7 +78,7 @@ class BatchedLeaseCalls(FailureRecording):
         results: dict[int, int | LeaseLost | MaxRuntimeExceeded] = {}
         now = time.monotonic()
         with self._write() as connection:
-            renewed, _ = self.sql.run_returning(connection, self.sql.heartbeat_batch, params)
+            renewed, _ = self.sql.run_returning(connection, statement, params)
             for row in renewed:
                 job_id, expires_at = tuple(row)
                 results[job_id] = int(expires_at)
@@ -72,24 +88,23 @@ class BatchedLeaseCalls(FailureRecording):
                     "p_ids": refused,
                     "p_pairs": [(job_id, by_id[job_id].token) for job_id in refused],
                 }
-                over_runtime = {
-                    job_id
-                    for job_id, past_deadline in connection.execute(
-                        self.sql.lease_states, refused_params
-                    )
-                    if past_deadline
+                states = {
+                    row.id: (bool(row.ours), bool(row.past_deadline))
+                    for row in connection.execute(self.sql.lease_states, refused_params)
                 }
                 for job_id in refused:
                     lease = by_id[job_id]
-                    results[job_id] = (
-                        MaxRuntimeExceeded(job_id, lease.max_runtime_seconds)
-                        if job_id in over_runtime
-                        else LeaseLost(job_id)
-                    )
+                    ours, past_deadline = states.get(job_id, (False, False))
+                    if ours and past_deadline:
+                        results[job_id] = MaxRuntimeExceeded(job_id, lease.max_runtime_seconds)
+                    elif not ours:
+                        results[job_id] = LeaseLost(job_id)
+                    # else: still ours, within its runtime, its row locked by another
+                    # transaction and passed over: not renewed this time.
             due = [
                 lease
                 for lease in by_id.values()
-                if isinstance(results[lease.job_id], int)
+                if isinstance(results.get(lease.job_id), int)
                 and now - lease.last_heartbeat_event >= self.heartbeat_event_interval
             ]
             self._write_events(

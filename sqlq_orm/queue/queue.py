@@ -12,7 +12,9 @@ from sqlq_orm.ops import retention
 from sqlq_orm.ops.retention import PruneResult, RetentionPolicy
 from sqlq_orm.ops.stats import QueueStats, collect_stats
 from sqlq_orm.queue.admin import Administration
+from sqlq_orm.queue.bulk import BulkActions
 from sqlq_orm.queue.claiming import Claiming
+from sqlq_orm.queue.controls import QueueControls
 from sqlq_orm.queue.enqueue import Enqueueing
 from sqlq_orm.queue.lease_batches import BatchedLeaseCalls
 from sqlq_orm.queue.leases import LeaseCalls
@@ -32,10 +34,12 @@ class Queue(
     LeaseCalls,
     BatchedLeaseCalls,
     Sweeping,
+    BulkActions,
     Administration,
     WorkerRegistry,
     JobArrivals,
     Results,
+    QueueControls,
 ):
     """A job queue stored in the tables of ``models`` on ``bind``'s database.
 
@@ -47,9 +51,10 @@ class Queue(
     The operations come in groups, one module each: :mod:`~sqlq_orm.queue.enqueue`,
     :mod:`~sqlq_orm.queue.claiming`, :mod:`~sqlq_orm.queue.leases`,
     :mod:`~sqlq_orm.queue.lease_batches`,
-    :mod:`~sqlq_orm.queue.sweeper`, :mod:`~sqlq_orm.queue.admin`,
+    :mod:`~sqlq_orm.queue.sweeper`, :mod:`~sqlq_orm.queue.admin`, :mod:`~sqlq_orm.queue.bulk`,
     :mod:`~sqlq_orm.queue.registry`, :mod:`~sqlq_orm.queue.wakeups`,
-    :mod:`~sqlq_orm.queue.results` and
+    :mod:`~sqlq_orm.queue.results`,
+    :mod:`~sqlq_orm.queue.controls` and
     :mod:`~sqlq_orm.queue.schedules`; stats and
     pruning come from :mod:`sqlq_orm.ops`.
     """

@@ -143,3 +143,38 @@ class TickResult:
     """The jobs enqueued, one per slot."""
     skipped: int = 0
     """Schedules that passed over older missed slots (their ``missed`` policy)."""
+
+
+@dataclass(frozen=True)
+class QueueState:
+    """One queue's operator state, as :meth:`Queue.queue_states` returns it."""
+
+    name: str
+    paused: bool
+    paused_at: int | None
+    """When it was paused (epoch seconds), None while it runs."""
+    changed_by: str | None
+    """Who last paused or resumed it."""
+    updated_at: int
+
+
+@dataclass(frozen=True)
+class BulkResult:
+    """What a bulk action (:meth:`Queue.cancel_jobs`, ``retry_jobs``, ``discard_jobs``)
+    did, or with ``dry_run`` would do."""
+
+    action: str
+    dry_run: bool
+    matched: int
+    """Jobs the filter selected among those the action applies to."""
+    acted: int
+    """Of those, the jobs cancelled, requeued or deleted (0 in a dry run)."""
+    skipped: int
+    """Matched, but another process changed them first (e.g. a worker finished one
+    being cancelled, or another unfinished job holds a retried job's dedupe key)."""
+    dependents: int
+    """Other jobs cancelled because they waited for one acted on (``depends_on``);
+    not predicted by a dry run."""
+    batches: int
+    complete: bool
+    """False when ``max_batches`` stopped the run; running it again goes on."""

@@ -76,7 +76,7 @@ class JobWatch:
             try:
                 listener = open_listener(self._context.engine, self._context.sql.wake_channel)
                 if listener is None:
-                    log.info("no wake-up listener for this database driver; polling only")
+                    log.info("no wake-up listener on this engine; polling only")
                     return
                 if failed:
                     log.info("wake-up listener reconnected")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from sqlalchemy import MetaData
 from sqlalchemy.orm import DeclarativeBase
 
+from sqlq_orm.schema.controls import QueueControlMixin
 from sqlq_orm.schema.mixins import (
     JobAttemptMixin,
     JobDependencyMixin,
@@ -56,6 +57,10 @@ class ScheduleRecord(ScheduleMixin, Base):
 
 class JobDependency(JobDependencyMixin, Base):
     """One job waiting for another (table ``sqlq_job_dependencies``)."""
+
+
+class QueueControl(QueueControlMixin, Base):
+    """One queue's operator state, e.g. paused (table ``sqlq_queues``)."""
 
 
 metadata = Base.metadata

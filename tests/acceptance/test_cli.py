@@ -183,7 +183,7 @@ def test_sweep_loop_stops_cleanly_on_sigterm(sqlite_url):
     try:
         queue = queue_on(sqlite_url)
         queue.enqueue("x")
-        queue.claim("gone", lease_seconds=1)
+        queue.claim("gone", lease_seconds=2)
         wait_until(lambda: "RECOVERED" in [e.event for e in queue.get_job(1).events], "a sweep")
         process.send_signal(signal.SIGTERM)
         exit_code = process.wait(timeout=20)

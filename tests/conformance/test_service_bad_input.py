@@ -75,8 +75,8 @@ def test_a_bad_job_in_a_bulk_enqueue_is_named_by_position(queue, engine):
         ({"limit": 0}, "limit must be >= 1, got 0"),
         ({"limit": 1001}, "limit must be <= 1000, got 1001"),
         ({"limit": True}, "limit must be an integer, got True"),
-        ({"lease_seconds": 0}, "lease_seconds must be >= 1, got 0"),
-        ({"lease_seconds": -30}, "lease_seconds must be >= 1, got -30"),
+        ({"lease_seconds": 0}, "lease_seconds must be >= 2, got 0"),
+        ({"lease_seconds": -30}, "lease_seconds must be >= 2, got -30"),
         ({"lease_seconds": 2**40}, "lease_seconds must be <= 2147483647"),
         ({"queues": [""]}, "queue must be a non-empty string, got ''"),
     ],
@@ -108,7 +108,7 @@ def test_malformed_error_code_is_refused_and_the_job_is_untouched(queue, engine,
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda q, lease: q.heartbeat(lease, lease_seconds=0), "lease_seconds must be >= 1, got 0"),
+        (lambda q, lease: q.heartbeat(lease, lease_seconds=0), "lease_seconds must be >= 2, got 0"),
         (lambda q, lease: q.succeed(lease, result_ref=""), "result_ref must be a non-empty"),
         (lambda q, lease: q.heartbeat("a lease"), "expected a Lease returned by claim()"),
         (lambda q, lease: q.sweep(batch_size=0), "batch_size must be >= 1, got 0"),
@@ -129,7 +129,7 @@ def test_other_bad_arguments_are_refused_and_change_nothing(queue, engine, call,
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"default_lease_seconds": 0}, "lease_seconds must be >= 1, got 0"),
+        ({"default_lease_seconds": 0}, "lease_seconds must be >= 2, got 0"),
         ({"payload_max_bytes": 0}, "payload_max_bytes must be >= 1, got 0"),
     ],
 )

@@ -45,8 +45,9 @@ def test_claim_never_takes_more_than_limit_and_gives_each_lease_its_own_token(qu
     for lease in leases:
         row = job_row(engine, lease.job_id)
         assert (row.status, row.claimed_by, row.lease_token) == ("CLAIMED", "worker-a", lease.token)
-        assert (row.claimed_at, row.heartbeat_at, row.lease_expires_at) == (T0, T0, T0 + 45)
-        assert lease.lease_expires_at == T0 + 45 and lease.attempt == 1
+        # + 1: "now" is a whole second, truncated; a lease never ends early.
+        assert (row.claimed_at, row.heartbeat_at, row.lease_expires_at) == (T0, T0, T0 + 46)
+        assert lease.lease_expires_at == T0 + 46 and lease.attempt == 1
 
 
 def test_claim_leaves_jobs_whose_run_at_has_not_come(queue, clock):
@@ -54,6 +55,8 @@ def test_claim_leaves_jobs_whose_run_at_has_not_come(queue, clock):
 
     assert queue.claim("worker-a") == []
     clock.advance(10)
+    assert queue.claim("worker-a") == []  # "now" is truncated: due a second later, never early
+    clock.advance(1)
     assert [lease.job_id for lease in queue.claim("worker-a")] == [later.id]
 
 
@@ -251,7 +254,7 @@ def test_the_database_clock_leases_from_the_servers_now(engine):
     slack = 5  # a correctness check across clocks, not a timing assertion
     assert abs(row.created_at - now) <= slack
     assert abs(lease.lease_expires_at - (now + 600)) <= slack
-    assert row.lease_expires_at == lease.lease_expires_at == row.claimed_at + 600
+    assert row.lease_expires_at == lease.lease_expires_at == row.claimed_at + 600 + 1
 
 
 def test_rows_changed_counts_the_rows_an_update_returning_changed(engine, queue):

@@ -16,6 +16,7 @@ import sqlq_orm
 from sqlq_orm import InvalidInput, JobSpec
 from sqlq_orm.ops.invariants import check
 from tests.support.aio_bridge import BlockingAsyncQueue
+from tests.support.backends import engine_for
 from tests.support.faultkit import UPDATE_JOBS_SET, Actor, PauseAfter, start_blocked
 
 CLAIM = UPDATE_JOBS_SET + r" status=\S+, claimed_at="
@@ -179,7 +180,7 @@ def test_bad_keys_and_limits_are_refused_and_nothing_is_written(queue, arguments
 @pytest.fixture
 def other(db_url, clock):
     """A second claimer: its own engine and queue on the same database and clock."""
-    engine = sqlq_orm.create_engine(db_url)
+    engine = engine_for(db_url)
     yield sqlq_orm.Queue(engine, clock=clock)
     engine.dispose()
 
@@ -212,7 +213,7 @@ def test_many_claimers_in_threads_never_pass_a_limit(db_url, queue, clock):
         [JobSpec("t", concurrency_key=keys[n % 3], concurrency_limit=2) for n in range(60)]
         + [JobSpec("t") for _ in range(20)]
     )
-    engines = [sqlq_orm.create_engine(db_url) for _ in range(6)]
+    engines = [engine_for(db_url) for _ in range(6)]
     queues = [sqlq_orm.Queue(e, clock=clock) for e in engines]
 
     def claim_until_dry(claimer: sqlq_orm.Queue, name: str) -> int:
@@ -228,4 +229,61 @@ def test_many_claimers_in_threads_never_pass_a_limit(db_url, queue, clock):
 
     assert total == 20 + 3 * 2
     assert held_by_key(queue) == {"a": 2, "b": 2, "c": 2}
+    assert check(queue) == []
+
+
+# ------------------------------------------------- mixed limits on one key (issue 23.7)
+
+
+def test_a_held_job_with_a_stricter_limit_holds_its_key_to_that_limit(queue):
+    strict = queue.enqueue("t", concurrency_key="k", concurrency_limit=1).id
+    (held,) = queue.claim("w", start=True)
+    loose = [queue.enqueue("t", concurrency_key="k", concurrency_limit=3).id for _ in range(2)]
+
+    assert queue.claim("w", limit=5) == []  # the held job's limit of 1 wins
+    assert check(queue) == []
+    queue.succeed(held)
+    assert sorted(lease.job_id for lease in queue.claim("w", limit=5)) == loose
+    assert strict not in loose and check(queue) == []
+
+
+def test_a_candidate_with_a_stricter_limit_waits_for_the_held_jobs(queue):
+    queue.enqueue_many([JobSpec("t", concurrency_key="k", concurrency_limit=3)] * 2)
+    assert len(queue.claim("w", limit=5)) == 2
+    queue.enqueue("t", concurrency_key="k", concurrency_limit=1)
+
+    assert queue.claim("w", limit=5) == []  # its own limit of 1: the key is full for it
+    assert held_by_key(queue) == {"k": 2}
+    assert check(queue) == []
+
+
+def test_in_one_batch_the_strictest_limit_so_far_bounds_the_key(queue):
+    first, _strict, _after = (
+        queue.enqueue("t", concurrency_key="k", concurrency_limit=limit).id
+        for limit in (3, 1, 3)
+    )
+
+    assert [lease.job_id for lease in queue.claim("w", limit=5)] == [first]
+    assert check(queue) == []
+
+
+# --------------------------- a limit counts leases, not live code (issue 23.8, README)
+
+
+def test_a_swept_lease_frees_its_place_while_the_old_handler_may_still_run(queue, clock):
+    first = queue.enqueue("t", concurrency_key="k").id
+    (old,) = queue.claim("w1", start=True, lease_seconds=10)  # its handler is running...
+    second = queue.enqueue("t", concurrency_key="k").id
+    assert queue.claim("w2") == []  # the key's one place is held
+
+    clock.advance(10 + 1)  # ...but its worker stopped heartbeating (frozen, cut off)
+    assert queue.sweep().expired == 1
+
+    # The place is free again though the old handler may still be running: a new
+    # job of the key is claimed beside it. Only the queue's rows are fenced.
+    (new,) = queue.claim("w2", start=True)
+    assert new.job_id in (first, second)
+    with pytest.raises(sqlq_orm.LeaseLost):
+        queue.succeed(old)  # the old handler's outcome is refused, nothing written
+    assert held_by_key(queue) == {"k": 1}
     assert check(queue) == []

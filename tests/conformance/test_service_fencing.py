@@ -112,7 +112,9 @@ def test_heartbeat_past_max_runtime_is_refused_and_the_sweeper_ends_the_run(
     for _ in range(5):  # heartbeats well within the max runtime keep the lease
         clock.advance(10)
         steady_queue.heartbeat(lease, lease_seconds=LEASE)
-    clock.advance(10)  # now exactly at started_at + 60
+    clock.advance(10)  # at started_at + 60 by a truncated clock: maybe 60.9 s, maybe 60.0
+    steady_queue.heartbeat(lease, lease_seconds=LEASE)  # never ended early: still running
+    clock.advance(1)  # past any started_at + 60, whatever the fraction
     before = snapshot(engine, job.id)
 
     with pytest.raises(MaxRuntimeExceeded, match="max runtime of 60s"):
@@ -137,6 +139,8 @@ def test_a_run_past_max_runtime_with_no_retries_left_ends_failed(queue, engine, 
     job = queue.enqueue("transcode", max_runtime_seconds=60, max_retries=0)
     (lease,) = queue.claim("worker-a", start=True, lease_seconds=600)
     clock.advance(60)
+    assert queue.sweep().timed_out == 0  # a truncated clock's 60 s may be 59.1 s
+    clock.advance(1)
     result = queue.sweep()
 
     assert (result.timed_out, result.failed) == (1, 1)

@@ -45,11 +45,11 @@ def test_heartbeat_many_renews_every_lease_with_one_statement(
 
     renewed = queue.heartbeat_many(leases, 60)
 
-    now = clock.now()
-    assert renewed == {lease.job_id: now + 60 for lease in leases}
-    assert [lease.lease_expires_at for lease in leases] == [now + 60] * 3
+    expires = clock.now() + 60 + 1  # a truncated "now": one more second, never early
+    assert renewed == {lease.job_id: expires for lease in leases}
+    assert [lease.lease_expires_at for lease in leases] == [expires] * 3
     assert _rows(engine, "SELECT DISTINCT lease_expires_at, heartbeat_at FROM sqlq_jobs") == [
-        (now + 60, now)
+        (expires, clock.now())
     ]
 
 
@@ -64,7 +64,7 @@ def test_heartbeat_many_reports_a_lost_lease_and_leaves_its_new_holder_alone(
     results = queue.heartbeat_many([stale, kept], 60)
 
     assert isinstance(results[stale.job_id], LeaseLost)
-    assert results[kept.job_id] == clock.now() + 60
+    assert results[kept.job_id] == clock.now() + 60 + 1
     assert (
         _rows(engine, f"SELECT lease_expires_at FROM sqlq_jobs WHERE id = {stale.job_id}")
         == holder_expiry
@@ -85,7 +85,7 @@ def test_heartbeat_many_says_which_job_ran_past_its_max_runtime(
     results = queue.heartbeat_many(leases, 20)
 
     assert isinstance(results[over.id], MaxRuntimeExceeded)
-    assert results[fine.id] == clock.now() + 20
+    assert results[fine.id] == clock.now() + 20 + 1
 
 
 def test_heartbeat_many_writes_a_heartbeat_event_only_when_one_is_due(

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from sqlq_orm import InvalidTransition, JobNotFound, LeaseLost, Queue, RetryPolicy
 from tests.conftest import PINNED_START as T0
+from tests.support.backends import engine_for
 from tests.support.queue_helpers import (
     assert_histories_are_legal,
     attempt_rows,
@@ -46,7 +47,7 @@ def test_claim_start_heartbeat_succeed_writes_one_attempt_and_four_events(queue,
     state = snapshot(engine, job.id)
     row = state["job"]
     assert lease.payload == {"to": "a@example.com"} and lease.attempt == 1
-    assert expires_at == T0 + 3 + 60
+    assert expires_at == T0 + 3 + 60 + 1  # a truncated "now": one second more, never early
     assert row["status"] == "SUCCEEDED" and row["result_ref"] == "s3://bucket/result.json"
     assert (row["created_at"], row["claimed_at"], row["started_at"], row["heartbeat_at"]) == (
         T0, T0 + 1, T0 + 2, T0 + 3,
@@ -278,3 +279,23 @@ def test_hot_paths_never_flush_an_orm_session(steady_queue, clock):
         event.remove(Session, "before_flush", count_flush)
 
     assert flushes == []
+
+
+def test_clients_taking_turns_run_the_same_statements_many_times(db_url, queue, clock):
+    # Two clients, one connection each, alternating: through PgBouncer in transaction
+    # mode their transactions share server connections, so a statement one of them
+    # prepared on the server (psycopg does after five runs) meets the other's there.
+    engines = [engine_for(db_url, pool_size=1, max_overflow=0) for _ in range(2)]
+    queues = [Queue(e, clock=clock) for e in engines]
+    try:
+        for round_ in range(8):
+            for turn in queues:
+                job = turn.enqueue("echo", {"round": round_})
+                (lease,) = turn.claim("w", limit=1, start=True)
+                assert lease.job_id == job.id
+                turn.heartbeat(lease)
+                turn.succeed(lease)
+    finally:
+        for e in engines:
+            e.dispose()
+    assert queue.counts_by_status()["SUCCEEDED"] == 16

@@ -82,7 +82,9 @@ def test_expired_unstarted_claim_is_recovered_and_requeued_with_a_retry_spent(
 ):
     job = steady_queue.enqueue("render")
     steady_queue.claim("worker-a", lease_seconds=LEASE)
-    clock.advance(LEASE)  # expiry is inclusive: lease_expires_at <= now
+    clock.advance(LEASE)  # a truncated "now": the lease may have 0.9 s left
+    assert steady_queue.sweep().total == 0
+    clock.advance(1)  # expiry is inclusive: lease_expires_at <= now
     result = steady_queue.sweep()
 
     assert (result.expired, result.timed_out, result.requeued, result.failed) == (1, 0, 1, 0)
@@ -126,7 +128,7 @@ def test_a_job_that_heartbeats_is_never_reclaimed(queue, engine, clock):
 def test_sweep_works_in_batches_and_returns_counts(queue, engine, clock):
     queue.enqueue_many([{"type": "render"} for _ in range(25)])
     queue.claim("worker-a", limit=25, lease_seconds=LEASE)
-    clock.advance(LEASE)
+    clock.advance(LEASE + 1)  # one second more than the lease: never expired early
 
     first = queue.sweep(batch_size=10, max_batches=1)
     rest = queue.sweep(batch_size=10)

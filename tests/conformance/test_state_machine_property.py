@@ -42,6 +42,7 @@ from sqlq_orm import (
     PinnedClock,
     RetryPolicy,
 )
+from sqlq_orm.core.timing import ROUNDING_SECONDS, not_before
 from sqlq_orm.ops.invariants import check
 from tests.conftest import PINNED_START
 
@@ -68,6 +69,11 @@ POLICY = RetryPolicy(base_seconds=5, max_seconds=20, jitter=0)
 LEASE_SECONDS = 30
 HELD = {JobStatus.CLAIMED, JobStatus.RUNNING}
 TERMINAL = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED}
+
+
+def later(seconds: int) -> int:
+    """What the queue adds to its truncated "now" for an instant ``seconds`` ahead."""
+    return seconds + ROUNDING_SECONDS
 
 
 @dataclass
@@ -124,7 +130,7 @@ class Model:
     def take(self, job: ModelJob, *, start: bool) -> int:
         self.leases_minted += 1
         job.lease = self.leases_minted
-        job.lease_expires_at = self.now + LEASE_SECONDS
+        job.lease_expires_at = self.now + later(LEASE_SECONDS)
         job.status = JobStatus.CLAIMED
         if start:
             self.start(job)
@@ -133,7 +139,7 @@ class Model:
     def start(self, job: ModelJob) -> None:
         job.status = JobStatus.RUNNING
         job.attempt_count += 1
-        job.deadline_at = None if job.max_runtime is None else self.now + job.max_runtime
+        job.deadline_at = None if job.max_runtime is None else self.now + later(job.max_runtime)
 
     def end_with_failure(self, job: ModelJob, retryable: bool = True) -> JobStatus:
         self.drop_lease(job)
@@ -216,7 +222,7 @@ def make_machine(engine, clock: PinnedClock):
                 max_runtime_seconds=max_runtime,
             ).id
             self.model.jobs[job_id] = ModelJob(
-                job_id, priority, self.model.now + delay, max_retries, max_runtime
+                job_id, priority, self.model.now + not_before(delay), max_retries, max_runtime
             )
             return job_id
 
@@ -273,7 +279,7 @@ def make_machine(engine, clock: PinnedClock):
                     queue.heartbeat(held.lease)
             else:
                 expires = queue.heartbeat(held.lease)
-                job.lease_expires_at = self.model.now + LEASE_SECONDS
+                job.lease_expires_at = self.model.now + later(LEASE_SECONDS)
                 assert expires == job.lease_expires_at
 
         @rule(held=leases)

@@ -84,7 +84,7 @@ def test_the_schedules_page_shows_each_schedule_in_its_own_time_zone(serve, page
     report = rows.nth(1).locator("td").all_inner_texts()
     assert cleanup[:7] == [
         schedules.due, "prune_tmp", "default", "*/15 * * * *", "UTC", "never",
-        "2023-11-14 22:15 UTC due",
+        "2023-11-14 22:15 UTC overdue by 9h 45m",
     ]  # fmt: skip
     # 09:00 in Paris reads 09:00 (not 08:00Z): the CLI's way of showing a schedule.
     assert report[:7] == [

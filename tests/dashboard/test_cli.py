@@ -48,10 +48,30 @@ def fetch(url: str) -> str | None:
         return None
 
 
+def fetch_as(url: str, host: str) -> int:
+    request = urllib.request.Request(url, headers={"Host": host})
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
 def test_sqlq_dashboard_serves_the_pages_on_loopback(sqlite_url):
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "sqlq_orm", "--db", sqlite_url, "dashboard", "--port", str(port)],
+        [
+            sys.executable,
+            "-m",
+            "sqlq_orm",
+            "--db",
+            sqlite_url,
+            "dashboard",
+            "--port",
+            str(port),
+            "--allowed-host",
+            "jobs.example.com",
+        ],  # fmt: skip
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -62,6 +82,9 @@ def test_sqlq_dashboard_serves_the_pages_on_loopback(sqlite_url):
         overview = wait_until(lambda: fetch(f"http://127.0.0.1:{port}/"), "the dashboard")
         assert "read-only" in overview and "send_email" not in overview
         assert "send_email" in (fetch(f"http://127.0.0.1:{port}/jobs") or "")
+        assert fetch_as(f"http://127.0.0.1:{port}/", f"localhost:{port}") == 200
+        assert fetch_as(f"http://127.0.0.1:{port}/", "jobs.example.com") == 200
+        assert fetch_as(f"http://127.0.0.1:{port}/", "rebound.example") == 400
     finally:
         process.terminate()
         out, _ = process.communicate(timeout=30)

@@ -27,6 +27,7 @@ from sqlq_orm import (
     JobDependencyMixin,
     JobEventMixin,
     JobMixin,
+    QueueControlMixin,
     ScheduleMixin,
     WorkerMixin,
 )
@@ -307,8 +308,8 @@ def downgrade():
 """.replace("{newest}", max(sqlq_orm.migrate.newest_revisions()))
 
 SQLQ_TABLES = set(sqlq_orm.Base.metadata.tables)
-# sqlq_0002 adds the schedules, sqlq_0003 the dependencies
-SQLQ_0001_TABLES = SQLQ_TABLES - {"sqlq_schedules", "sqlq_job_dependencies"}
+# sqlq_0002 adds the schedules, sqlq_0003 the dependencies, sqlq_0009 the queue controls
+SQLQ_0001_TABLES = SQLQ_TABLES - {"sqlq_schedules", "sqlq_job_dependencies", "sqlq_queues"}
 
 
 def host_tables(url: str) -> set[str]:
@@ -415,6 +416,7 @@ def bind_mixins(base: type) -> MetaData:
         "Worker": WorkerMixin,
         "Schedule": ScheduleMixin,
         "JobDependency": JobDependencyMixin,
+        "QueueControl": QueueControlMixin,
     }
     for name, mixin in mixins.items():
         type(name, (mixin, base), {"__module__": __name__})

@@ -9,6 +9,7 @@ see an index's DESC or WHERE, the migrated schema is compared with the one
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -126,7 +127,7 @@ def test_revisions_have_a_single_head_labelled_sqlq():
     chain = [s.revision for s in scripts.walk_revisions()]
     assert chain == sorted(chain, reverse=True)  # sqlq_0001, sqlq_0002, ... in one line
     assert chain[-1] == "sqlq_0001"
-    assert {"sqlq_0004", "sqlq_0005"} <= set(chain)
+    assert {"sqlq_0004", "sqlq_0005", "sqlq_0009"} <= set(chain)
     assert head == sqlq_orm.migrations.NEWEST_REVISION
 
 
@@ -294,6 +295,28 @@ def test_upgrade_to_results_with_jobs_in_place_keeps_them_and_stores_results(db_
     assert queue.result(3) == {"rows": 3}
     engine.dispose()
     migrate.downgrade(db_url, "sqlq_0005")
+    assert count(db_url, Job) == 3
+    migrate.upgrade(db_url)
+    assert migrate.check(db_url) == []
+
+
+def test_upgrade_to_queue_controls_with_jobs_in_place_keeps_them_and_pauses(db_url, clock):
+    before = ScriptDirectory.from_config(migrate.config()).get_revision("sqlq_0009").down_revision
+    migrate.upgrade(db_url, str(before))
+    seed_0001_history(db_url)  # jobs 1 and 2 SUCCEEDED, job 3 QUEUED
+
+    migrate.upgrade(db_url)
+
+    assert migrate.check(db_url) == []
+    engine = sqlq_orm.create_engine(db_url)
+    queue = sqlq_orm.Queue(engine, clock=clock)
+    assert [queue.get_job(n).status for n in (1, 2, 3)] == ["SUCCEEDED", "SUCCEEDED", "QUEUED"]
+    queue.pause_queue("default")
+    assert queue.claim("w") == []
+    queue.resume_queue("default")
+    assert [lease.job_id for lease in queue.claim("w")] == [3]
+    engine.dispose()
+    migrate.downgrade(db_url, str(before))
     assert count(db_url, Job) == 3
     migrate.upgrade(db_url)
     assert migrate.check(db_url) == []
@@ -583,3 +606,24 @@ def test_sqlite_migration_that_orphans_rows_is_rolled_back(sqlite_url, tmp_path)
 
     assert migrate.current(sqlite_url) == NEWEST
     assert count(sqlite_url, Job) == 1
+
+
+def test_sqlite_upgrade_runs_again_when_the_lock_is_refused_at_once(tmp_path):
+    # busy_timeout 0 makes SQLite refuse the lock at once, as it does (whatever the
+    # timeout) where waiting could deadlock: the migration starts again and succeeds.
+    import threading
+
+    url = f"sqlite:///{tmp_path / 'queue.db'}"
+    engine = sqlq_orm.create_engine(url, busy_timeout_ms=0)
+    holder = sqlite3.connect(tmp_path / "queue.db", isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(0.3, holder.rollback)
+    release.start()
+    try:
+        migrate.upgrade(engine)
+    finally:
+        release.join()
+        holder.close()
+
+    assert migrate.current(engine) == set(migrate.newest_revisions())
+    engine.dispose()

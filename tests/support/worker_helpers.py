@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import sqlq_orm
+from tests.support.pgbouncer import worker_environment
 
 ROOT = Path(__file__).resolve().parents[2]
 TEST_HANDLERS = "tests.support.handlers_for_tests:registry"
@@ -93,7 +94,8 @@ class Processes:
                 worker_command(self.db_url, "--worker-id", name, *args),
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=subprocess_env(),
+                # Through PgBouncer: the variables that make `sqlq` pool-safe.
+                env={**subprocess_env(), **worker_environment(self.db_url)},
                 cwd=ROOT,
             )
         self.started.append(process)

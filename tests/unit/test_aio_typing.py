@@ -9,7 +9,7 @@ from pathlib import Path
 
 from mypy import api
 
-USER_FILE = '''
+USER_FILE = """
 import sqlq_orm
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -31,7 +31,7 @@ async def mistakes(queue: sqlq_orm.AsyncQueue) -> None:
     await queue.cancel(1, actr="me")  # MISTAKE keyword
     await queue.claim("w", limit="10")  # MISTAKE limit
     not_awaited: sqlq_orm.EnqueuedJob = queue.enqueue("t")  # MISTAKE coroutine
-'''
+"""
 
 
 def test_mypy_sees_queues_typed_parameters_on_asyncqueue(tmp_path: Path):

@@ -51,8 +51,9 @@ def test_lease_is_measured_by_the_database_clock_not_the_local_one(engine, monke
     swept = queue.sweep()
 
     after = database_now(engine)
-    assert before + LEASE <= lease.lease_expires_at <= after + LEASE
-    assert before + LEASE <= renewed <= after + LEASE
+    # + 1: "now" is the current second truncated; a lease never ends early.
+    assert before + LEASE + 1 <= lease.lease_expires_at <= after + LEASE + 1
+    assert before + LEASE + 1 <= renewed <= after + LEASE + 1
     assert swept.total == 0
     assert check(queue) == []
 
@@ -100,7 +101,7 @@ def test_heartbeat_one_second_before_its_deadline_renews(queue, clock):
 
     renewed = queue.heartbeat(lease)
 
-    assert renewed == clock.now() + LEASE
+    assert renewed == clock.now() + LEASE + 1  # never early: one second more
 
 
 def test_heartbeat_at_its_deadline_is_refused_and_the_sweep_times_it_out(queue, clock):
@@ -182,7 +183,7 @@ def test_lease_renewed_after_a_backward_jump_runs_lease_seconds_from_the_new_now
     clock.set(renewed - 1)
     swept = queue.sweep()
 
-    assert renewed == jumped_to + LEASE
+    assert renewed == jumped_to + LEASE + 1
     assert swept.total == 0
 
 

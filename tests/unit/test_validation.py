@@ -47,8 +47,25 @@ def test_schedule_takes_epoch_seconds_aware_datetimes_or_a_delay():
     moment = datetime(2024, 1, 1, 12, tzinfo=timezone(timedelta(hours=2)))
     assert v.schedule(1_700_000_000, None) == (1_700_000_000, 0)
     assert v.schedule(moment, None) == (int(datetime(2024, 1, 1, 10, tzinfo=UTC).timestamp()), 0)
-    assert v.schedule(None, 2.6) == (None, 3)
+    assert v.schedule(None, 2.6) == (None, 4)  # ceil, plus the truncated clock's second
+    assert v.schedule(None, 0) == (None, 0)  # due now
     assert v.schedule(None, None) == (None, 0)
+
+
+def test_a_delay_counted_from_a_truncated_clock_never_ends_early():
+    # The database's now is the current second truncated: up to 0.999 s behind.
+    for delay in (0.001, 1, 1.5, 2, 59.9):
+        for fraction in (0.0, 0.5, 0.999):
+            real_now = 1_700_000_000 + fraction
+            due = 1_700_000_000 + v.schedule(None, delay)[1]
+            assert due >= real_now + delay
+
+
+def test_a_lease_shorter_than_the_minimum_is_refused_naming_it():
+    assert v.lease_seconds(2) == 2
+    for short in (1, 0, -30):
+        with pytest.raises(InvalidInput, match=rf"lease_seconds must be >= 2, got {short}: "):
+            v.lease_seconds(short)
 
 
 def test_run_at_past_year_9999_is_refused():

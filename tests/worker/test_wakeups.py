@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 import sqlq_orm
 from sqlq_orm import HandlerRegistry, Worker
+from tests.support.backends import engine_for
 from tests.support.worker_helpers import (
     running,
     status_is,
@@ -158,7 +159,7 @@ def test_a_manual_retry_wakes_the_watchers_of_the_jobs_queue(queue):
 
 
 def test_an_enqueue_through_another_engine_wakes_this_queues_watchers(queue, db_url):
-    other_engine = sqlq_orm.create_engine(db_url)
+    other_engine = engine_for(db_url)
     woken = threading.Event()
     watch = queue.watch_for_jobs(["default"], woken, listen=False)
     try:

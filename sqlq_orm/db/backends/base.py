@@ -71,9 +71,24 @@ def _never_retry(exc: BaseException) -> bool:
     return False
 
 
+AFTER_TRANSACTION = "sqlq_after_transaction"
+"""``Connection.info`` key: calls to make on the connection once the queue's own
+transaction on it has ended (committed or rolled back)."""
+
+
+def after_transaction(connection: Connection, call: Callable[[Connection], None]) -> None:
+    """Have ``call(connection)`` run once the queue's own write transaction on
+    ``connection`` has ended (see :meth:`sqlq_orm.db.context.QueueContext.write`)."""
+    connection.info.setdefault(AFTER_TRANSACTION, []).append(call)
+
+
 def materialized_cte(select: Select[Any], name: str) -> FromClause:
     """``WITH name AS MATERIALIZED (select)`` (PostgreSQL 12+, SQLite 3.35+)."""
     return select.cte(name).prefix_with("MATERIALIZED")
+
+
+def _no_schemas(connection: Connection, schema: str) -> AbstractContextManager[None]:
+    raise ValueError(f"this database has no schemas to migrate into ({schema!r})")
 
 
 def _no_generated_columns(index: Any) -> str | None:
@@ -215,15 +230,27 @@ class Backend:
     jobs again before it commits. Needed where concurrent claims run side by side on
     snapshots that miss each other (PostgreSQL, MySQL); not on SQLite, whose one
     writer at a time always counts what is there."""
-    key_lock_sql: str | None = None
-    """That recount's lock (params ``p_scope``, ``p_keys``): one transaction-scoped lock
-    per key, taken in key order before counting, so of two claims of one key the later
-    one counts after the earlier one committed (PostgreSQL advisory locks). None: the
-    recount itself waits (MySQL's locking read waits for rows other claims changed)."""
-    recount_locks_rows: bool = False
-    """Whether the recount is a locking read (``FOR UPDATE``), for databases whose
-    locking reads see, after waiting, what concurrent transactions committed (InnoDB)."""
+    lock_concurrency_keys: Callable[[Connection, str, Sequence[str]], bool] | None = None
+    """That recount's lock (``connection``, a scope naming the job table, the keys in
+    order): one lock per key, taken before counting and held until the claim's
+    transaction ends, so of two claims of one key the later one counts after the
+    earlier one committed (PostgreSQL: transaction-scoped advisory locks; MySQL:
+    named locks, let go once the transaction ended: :func:`after_transaction`). It
+    never waits on job rows, so a row an app transaction holds locked does not stall
+    claims. Returns False when a lock could not be had in time (claim again). None:
+    no recount."""
+    migrate_in_schema: Callable[[Connection, str], AbstractContextManager[None]] = _no_schemas
+    """Around a migration run into a schema (``migrate.upgrade(schema=...)``): make the
+    revisions' unqualified table names (Alembic's ALTERs, raw SQL) resolve there.
+    PostgreSQL: a transaction-local ``search_path`` (safe behind a transaction pooler);
+    MySQL: ``USE`` the schema's database for the run, and back."""
+    rolls_back_transaction: Callable[[BaseException], bool] = _never_retry
+    """Whether an error means the database rolled back (or aborted) the whole
+    transaction, so a caller's ``session=`` transaction is lost and must run again
+    (MySQL 1213; PostgreSQL deadlocks and serialization failures). A MySQL lock wait
+    timeout (1205) undoes only the statement: not so."""
     is_retryable: Callable[[BaseException], bool] = _never_retry
     """Whether an error means the transaction was a deadlock victim or timed out
     waiting for a lock, so that running the whole transaction again is safe (MySQL
-    1213, 1205). SQLite waits (busy timeout); PostgreSQL's claims never deadlock."""
+    1213, 1205; PostgreSQL deadlocks, 40P01, and serialization failures, 40001).
+    SQLite waits (busy timeout)."""

@@ -15,6 +15,8 @@ index's predicate holds, and is NULL otherwise (InnoDB allows any number of NULL
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -32,7 +34,7 @@ from sqlalchemy.sql.dml import Update
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.sqltypes import NullType
 
-from sqlq_orm.db.backends.base import Backend, MaintenanceStatement
+from sqlq_orm.db.backends.base import Backend, MaintenanceStatement, after_transaction
 from sqlq_orm.db.clock import epoch_now
 from sqlq_orm.errors import SqlqError
 from sqlq_orm.schema.mixins import DEDUPE_KEY_MAX
@@ -138,6 +140,11 @@ def is_duplicate_key(exc: BaseException) -> bool:
     return _error_number(exc) == ER_DUP_ENTRY
 
 
+def is_deadlock(exc: BaseException) -> bool:
+    """Whether ``exc`` is a deadlock (1213): InnoDB rolled the whole transaction back."""
+    return _error_number(exc) == ER_LOCK_DEADLOCK
+
+
 def is_retryable(exc: BaseException) -> bool:
     """Whether ``exc`` is a deadlock (1213) or lock wait timeout (1205)."""
     return _error_number(exc) in RETRYABLE_ERRORS
@@ -234,6 +241,36 @@ def install_hooks(engine: Engine, busy_timeout_ms: int) -> None:
         return IntegrityError(error.statement, error.params, context.original_exception)
 
 
+KEY_LOCK_WAIT_SECONDS = 10
+"""How long a claim waits for a concurrency key's named lock (held by another claim
+for its recount and commit: milliseconds) before it rolls back and claims again."""
+
+
+def key_lock_name(scope: str, key: str) -> str:
+    """The named lock of one concurrency key of one job table (64 characters at most,
+    whatever the key: a digest; a collision only makes two keys wait for each other)."""
+    return "sqlq_key:" + hashlib.sha1(f"{scope}\0{key}".encode()).hexdigest()
+
+
+def _lock_concurrency_keys(connection: Connection, scope: str, keys: Sequence[str]) -> bool:
+    # Named locks, not a locking read of the keys' held rows: such a read waits for
+    # any transaction holding one of those rows (an app transaction that enqueued a
+    # child of a running job), stalling every claim of the key. A named lock belongs
+    # to the session, so it is let go once the claim's transaction has ended
+    # (committed: a claim that waited counts what this one claimed).
+    for key in sorted(set(keys)):
+        name = key_lock_name(scope, key)
+        got = connection.execute(sa_select(func.get_lock(name, KEY_LOCK_WAIT_SECONDS))).scalar()
+        if got != 1:
+            return False
+        after_transaction(connection, functools.partial(_release_lock, name=name))
+    return True
+
+
+def _release_lock(connection: Connection, *, name: str) -> None:
+    connection.execute(sa_select(func.release_lock(name)))
+
+
 def _get_migration_lock(connection: Connection) -> None:
     got = connection.exec_driver_sql(
         f"SELECT GET_LOCK('{MIGRATION_LOCK}', {MIGRATION_LOCK_WAIT_SECONDS})"
@@ -258,6 +295,19 @@ def _hold_migration_lock(connection: Connection) -> Iterator[None]:
         connection.rollback()
         connection.exec_driver_sql(f"SELECT RELEASE_LOCK('{MIGRATION_LOCK}')")
         connection.rollback()
+
+
+@contextmanager
+def _migrate_in_schema(connection: Connection, schema: str) -> Iterator[None]:
+    # A schema is a database here, and DDL commits as it goes: USE it for the run
+    # (the name is validated: letters, digits, underscores), then the one before.
+    before = connection.exec_driver_sql("SELECT DATABASE()").scalar()
+    connection.exec_driver_sql(f"USE `{schema}`")
+    try:
+        yield
+    finally:
+        if before is not None:
+            connection.exec_driver_sql(f"USE `{before}`")
 
 
 def _lock_for_migration(connection: Connection) -> None:
@@ -397,13 +447,15 @@ def _backend(name: str) -> Backend:
         snapshot_options={"isolation_level": "REPEATABLE READ"},
         lock_for_migration=_lock_for_migration,
         hold_migration_lock=_hold_migration_lock,
+        migrate_in_schema=_migrate_in_schema,
         ddl_commits=True,
         descending_index_columns=_descending_index_columns,
         update_returning=False,
         is_duplicate_key=is_duplicate_key,
         is_retryable=is_retryable,
+        rolls_back_transaction=is_deadlock,
         concurrency_recheck=True,
-        recount_locks_rows=True,
+        lock_concurrency_keys=_lock_concurrency_keys,
         install_hooks=install_hooks,
         materialize=_plain_cte,
         by_primary_key=_by_primary_key,

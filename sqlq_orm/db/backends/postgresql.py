@@ -6,13 +6,15 @@ with a transaction-scoped advisory lock.
 
 from __future__ import annotations
 
+import logging
 import select as selectors
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Text, bindparam, cast, func, type_coerce
+from sqlalchemy import Text, bindparam, cast, func, text, type_coerce
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import FromClause, Select
 from sqlalchemy.sql.elements import ColumnElement, Grouping
@@ -20,6 +22,9 @@ from sqlalchemy.types import TypeEngine
 
 from sqlq_orm.db.backends.base import Backend, MaintenanceStatement, WakeListener
 from sqlq_orm.db.clock import epoch_now
+from sqlq_orm.db.pooling import transaction_pooling_of
+
+log = logging.getLogger("sqlq_orm.wakeups")
 
 MIGRATION_LOCK_KEY = 0x5351_4C51  # "SQLQ": one advisory lock id for schema changes
 
@@ -59,6 +64,19 @@ def _rows_from_arrays(columns: Sequence[tuple[str, TypeEngine[Any]]]) -> FromCla
     )
 
 
+RETRYABLE_SQLSTATES = frozenset({"40P01", "40001"})
+"""deadlock_detected, serialization_failure: the transaction is aborted whole and can
+run again."""
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Whether ``exc`` (a SQLAlchemy or driver error) is a deadlock or serialization
+    failure (psycopg's ``sqlstate``, asyncpg's and psycopg2's ``pgcode``)."""
+    orig = getattr(exc, "orig", exc)
+    code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    return code in RETRYABLE_SQLSTATES
+
+
 def _lock_for_migration(connection: Connection) -> None:
     # Two first-time upgrades at once would both create the version table, and one
     # would fail; the second now waits and then finds the work done.
@@ -80,14 +98,26 @@ def _maintenance(engine: Engine, task: str, tables: Sequence[Any]) -> Maintenanc
     )
 
 
+@contextmanager
+def _migrate_in_schema(connection: Connection, schema: str) -> Iterator[None]:
+    # Local to the migration transaction: nothing outlives it (a transaction pooler
+    # may hand the server connection to someone else next).
+    connection.execute(
+        text("SELECT set_config('search_path', :p_path, true)"), {"p_path": f'"{schema}"'}
+    )
+    yield
+
+
 class _Listener:
     """A psycopg 3 connection of its own, in autocommit, listening on one channel."""
 
-    def __init__(self, engine: Engine, channel: str) -> None:
+    def __init__(self, engine: Engine, channel: str, url: URL) -> None:
         import psycopg
         from psycopg import sql
 
-        cargs, cparams = engine.dialect.create_connect_args(engine.url)
+        # A listen_url is psycopg's whatever driver the engine has: its own dialect.
+        dialect = engine.dialect if url is engine.url else url.get_dialect()()
+        cargs, cparams = dialect.create_connect_args(url)
         # Not from the engine's pool: this connection is held for the worker's life.
         self._connection = psycopg.connect(*cargs, **{**cparams, "autocommit": True})
         self._queues: set[str] = set()
@@ -117,10 +147,39 @@ class _Listener:
         self._connection.close()
 
 
+_KEY_LOCKS = text(
+    # hashtext collisions only make two keys wait for each other; never unsafe.
+    "SELECT pg_advisory_xact_lock(hashtext(:p_scope), hashtext(k))"
+    " FROM (SELECT DISTINCT unnest(CAST(:p_keys AS TEXT[])) AS k ORDER BY k) AS keys"
+)
+
+
+def _lock_concurrency_keys(connection: Connection, scope: str, keys: Sequence[str]) -> bool:
+    # Transaction-scoped: let go at commit or rollback, nothing to undo.
+    connection.execute(_KEY_LOCKS, {"p_scope": scope, "p_keys": list(keys)})
+    return True
+
+
 def _open_wake_listener(engine: Engine, channel: str) -> WakeListener | None:
-    if engine.dialect.driver != "psycopg":
-        return None  # LISTEN needs psycopg 3's notifications; other drivers poll
-    return _Listener(engine, channel)
+    pooling = transaction_pooling_of(engine)
+    if pooling is None:
+        if engine.dialect.driver != "psycopg":
+            return None  # LISTEN needs psycopg 3's notifications; other drivers poll
+        return _Listener(engine, channel, engine.url)
+    if pooling.listen_url is None:
+        # A transaction pooler hands the listening server connection to other
+        # clients between statements: the notifications would go to them.
+        log.info(
+            "wake-ups: polling; the engine goes through a transaction pooler, where "
+            "LISTEN cannot work, and no listen_url names a direct connection"
+        )
+        return None
+    log.info(
+        "wake-ups: LISTEN on a direct connection to %s (the queue's own connections go "
+        "through a transaction pooler)",
+        pooling.listen_url.render_as_string(hide_password=True),
+    )
+    return _Listener(engine, channel, pooling.listen_url)
 
 
 BACKEND = Backend(
@@ -136,11 +195,9 @@ BACKEND = Backend(
     rows_changed=lambda connection, result: int(result.rowcount),
     history_in_one_statement=True,
     concurrency_recheck=True,
-    key_lock_sql=(
-        # hashtext collisions only make two keys wait for each other; never unsafe.
-        "SELECT pg_advisory_xact_lock(hashtext(:p_scope), hashtext(k))"
-        " FROM (SELECT DISTINCT unnest(CAST(:p_keys AS TEXT[])) AS k ORDER BY k) AS keys"
-    ),
+    lock_concurrency_keys=_lock_concurrency_keys,
+    is_retryable=is_retryable,
+    rolls_back_transaction=is_retryable,
     rows_from_arrays=_rows_from_arrays,
     json_string=lambda text: cast(func.to_json(text), Text),
     maintenance=_maintenance,
@@ -149,6 +206,7 @@ BACKEND = Backend(
     # queries would see a job move between them and report a false violation.
     snapshot_options={"isolation_level": "REPEATABLE READ"},
     lock_for_migration=_lock_for_migration,
+    migrate_in_schema=_migrate_in_schema,
     notify_sql="SELECT pg_notify(:p_channel, :p_queue)",
     open_wake_listener=_open_wake_listener,
 )

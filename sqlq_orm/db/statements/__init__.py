@@ -16,7 +16,9 @@ from sqlalchemy.sql.elements import ColumnElement
 from sqlq_orm.db.backends import Backend
 from sqlq_orm.db.statements.admin import AdminStatements
 from sqlq_orm.db.statements.base import ACTIVE_VALUES, HELD_VALUES
+from sqlq_orm.db.statements.bulk import BulkStatements
 from sqlq_orm.db.statements.claim import ClaimStatements, row_number
+from sqlq_orm.db.statements.controls import ControlStatements
 from sqlq_orm.db.statements.dependencies import DependencyStatements
 from sqlq_orm.db.statements.enqueue import EnqueueStatements
 from sqlq_orm.db.statements.history import HistoryStatements
@@ -35,12 +37,15 @@ class Statements(
     AdminStatements,
     ScheduleStatements,
     DependencyStatements,
+    ControlStatements,
+    BulkStatements,
 ):
     """Every statement the queue runs, prebuilt for one set of tables and one clock."""
 
     def __init__(self, tables: Tables, dialect: Backend, now: ColumnElement[int]) -> None:
         super().__init__(tables, dialect, now)
         self._build_dependencies()  # first: the finishing statements return its column
+        self._build_controls()  # before the claim, which guards against paused queues
         self._build_enqueue()
         self._build_claim_group()
         self._build_leases()
@@ -48,6 +53,7 @@ class Statements(
         self._build_sweep()
         self._build_admin()
         self._build_schedules()
+        self._build_bulk()
 
 
 __all__ = ["ACTIVE_VALUES", "HELD_VALUES", "Statements", "Tables", "row_number"]

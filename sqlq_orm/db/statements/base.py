@@ -18,6 +18,7 @@ from sqlalchemy.sql import CompoundSelect, Select
 from sqlalchemy.sql.dml import Update
 from sqlalchemy.sql.elements import ColumnElement
 
+from sqlq_orm.core import timing
 from sqlq_orm.db.backends import Backend
 from sqlq_orm.db.statements import returning
 from sqlq_orm.db.tables import Tables
@@ -113,9 +114,15 @@ class StatementGroup:
         j = self.tables.jobs.c
         return and_(j.id == bindparam("p_id"), j.lease_token == bindparam("p_token"))
 
+    def later(self, seconds: ColumnElement[Any]) -> ColumnElement[Any]:
+        """The instant ``seconds`` (> 0) from now, never early: ``now`` is the current
+        second truncated, so one more second (see :mod:`sqlq_orm.core.timing`)."""
+        return self.now + seconds + timing.ROUNDING_SECONDS
+
     def deadline_from_now(self) -> ColumnElement[Any]:
-        """When a run started now must end: now + max runtime, or NULL without one."""
+        """When a run started now must end: never before now + max runtime (see
+        :meth:`later`), or NULL without one."""
         j = self.tables.jobs.c
         return case(
-            (j.max_runtime_seconds.is_(None), null()), else_=self.now + j.max_runtime_seconds
+            (j.max_runtime_seconds.is_(None), null()), else_=self.later(j.max_runtime_seconds)
         )

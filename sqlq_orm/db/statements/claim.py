@@ -17,7 +17,6 @@ from sqlalchemy import (
     bindparam,
     case,
     func,
-    null,
     or_,
     select,
     union_all,
@@ -26,6 +25,7 @@ from sqlalchemy import (
 from sqlalchemy.sql.elements import ColumnElement
 
 from sqlq_orm.db.statements.concurrency import ConcurrencyStatements, within_limits
+from sqlq_orm.db.statements.controls import ControlStatements
 from sqlq_orm.db.statements.history import HistoryStatements
 from sqlq_orm.db.statements.returning import LOCKED_ID_LIST, LOCKED_IDS
 from sqlq_orm.schema.states import JobStatus
@@ -36,7 +36,7 @@ def row_number() -> ColumnElement[int]:
     return func.row_number(type_=Integer).over()
 
 
-class ClaimStatements(HistoryStatements, ConcurrencyStatements):
+class ClaimStatements(HistoryStatements, ConcurrencyStatements, ControlStatements):
     """The claim, for one queue or several merged (built on first use per count)."""
 
     def _build_claim_group(self) -> None:
@@ -49,9 +49,20 @@ class ClaimStatements(HistoryStatements, ConcurrencyStatements):
         self._merged_claims: dict[tuple[int, bool], Any] = {}
         # -- when the next queued job is due (an idle worker sleeps until then) ------
         j = self.tables.jobs.c
+        # (Paused queues have nothing due: a worker of only paused queues sleeps.)
+        not_paused = self.tables.queues
         self.seconds_until_next_job = select(func.min(j.run_at) - self.now).where(
             j.queue.in_(bindparam("p_queues", expanding=True)),
             j.status == JobStatus.QUEUED.value,
+            *(
+                ()
+                if not_paused is None
+                else (
+                    j.queue.not_in(
+                        select(not_paused.c.name).where(not_paused.c.paused_at.is_not(None))
+                    ),
+                )
+            ),
         )
 
     def claim_for(self, queues: Sequence[str], *, start: bool) -> tuple[Any, dict[str, Any]]:
@@ -78,14 +89,18 @@ class ClaimStatements(HistoryStatements, ConcurrencyStatements):
             return claim
         return self.with_history(claim, lambda source: self.claim_history(source, start=start))
 
-    def _ready_jobs(self, queue_filter: ColumnElement[bool]) -> Any:
+    def _ready_jobs(
+        self, queue_filter: ColumnElement[bool], not_paused: ColumnElement[bool]
+    ) -> Any:
         """Ready jobs in claim order, at most ``p_limit`` of them, with what the
         concurrency limits need: each one's key, limit and the key's held jobs.
 
         A job whose key is already full is not a candidate, so it never takes the
-        place of a job behind it."""
+        place of a job behind it. ``not_paused`` is the guard that the queue(s) of
+        ``queue_filter`` are not paused (:meth:`ControlStatements.not_paused`)."""
         j = self.tables.jobs.c
         held = self.held_by_key()
+        limit = self.strictest_limit()
         no_key = j.concurrency_key.is_(None)
         # Matches ix_*_claim (queue, status, priority DESC, run_at, id): no sort.
         return (
@@ -94,14 +109,15 @@ class ClaimStatements(HistoryStatements, ConcurrencyStatements):
                 j.priority,
                 j.run_at,
                 j.concurrency_key,
-                j.concurrency_limit,
+                case((no_key, j.concurrency_limit), else_=limit).label("concurrency_limit"),
                 case((no_key, 0), else_=held).label("held"),
             )
             .where(
                 queue_filter,
+                not_paused,
                 j.status == JobStatus.QUEUED.value,
                 j.run_at <= self.now,
-                or_(no_key, held < j.concurrency_limit),
+                or_(no_key, held < limit),
             )
             .order_by(j.priority.desc(), j.run_at, j.id)
             .limit(bindparam("p_limit", type_=Integer))
@@ -109,17 +125,27 @@ class ClaimStatements(HistoryStatements, ConcurrencyStatements):
 
     def _within_limits(self, candidates: Any) -> Any:
         """Of the picked candidates, those that fit their keys' limits: the n-th
-        candidate of a key (in claim order) fits while ``held + n <= limit``."""
+        candidate of a key (in claim order) fits while ``held + n`` is within the
+        strictest limit of the key's first n candidates (each already the strictest of
+        its own and the held jobs'; :func:`.concurrency.within_limits`)."""
         c = candidates.c
+        in_order = (c.priority.desc(), c.run_at, c.id)
         key_rank = func.row_number(type_=Integer).over(
-            partition_by=c.concurrency_key, order_by=(c.priority.desc(), c.run_at, c.id)
+            partition_by=c.concurrency_key, order_by=in_order
+        )
+        strictest = func.min(c.concurrency_limit).over(
+            partition_by=c.concurrency_key, order_by=in_order
         )
         ranked = select(
-            c.id, c.concurrency_key, c.concurrency_limit, c.held, key_rank.label("key_rank")
+            c.id,
+            c.concurrency_key,
+            strictest.label("strictest"),
+            c.held,
+            key_rank.label("key_rank"),
         ).subquery("ranked")
         r = ranked.c
         return select(r.id).where(
-            or_(r.concurrency_key.is_(None), r.held + r.key_rank <= r.concurrency_limit)
+            or_(r.concurrency_key.is_(None), r.held + r.key_rank <= r.strictest)
         )
 
     def _build_claim(self, *, start: bool, merged_queues: int = 0) -> Any:
@@ -136,7 +162,13 @@ class ClaimStatements(HistoryStatements, ConcurrencyStatements):
             # rows read but not picked stay locked (skipped by other claimers) until this
             # claim commits.
             per_queue = [
-                lock(self._ready_jobs(j.queue == bindparam(f"p_queue_{i}")), True)
+                lock(
+                    self._ready_jobs(
+                        j.queue == bindparam(f"p_queue_{i}"),
+                        self.not_paused(bindparam(f"p_queue_{i}")),
+                    ),
+                    True,
+                )
                 for i in range(merged_queues)
             ]
             if self.dialect.update_returning:
@@ -159,24 +191,24 @@ class ClaimStatements(HistoryStatements, ConcurrencyStatements):
                 ).limit(bindparam("p_limit", type_=Integer))
         else:
             candidates = lock(
-                self._ready_jobs(j.queue.in_(bindparam("p_queues", expanding=True))), True
+                self._ready_jobs(
+                    j.queue.in_(bindparam("p_queues", expanding=True)), self.not_paused()
+                ),
+                True,
             )
         values: dict[str, Any] = {
             "status": JobStatus.CLAIMED.value,
             "claimed_by": bindparam("p_worker"),
             "claimed_at": now,
             "heartbeat_at": now,
-            "lease_expires_at": now + bindparam("p_lease_seconds"),
+            "lease_expires_at": self.later(bindparam("p_lease_seconds")),
         }
         if start:
             values.update(
                 status=JobStatus.RUNNING.value,
                 started_at=now,
                 attempt_count=j.attempt_count + 1,
-                deadline_at=case(
-                    (j.max_runtime_seconds.is_(None), null()),
-                    else_=now + j.max_runtime_seconds,
-                ),
+                deadline_at=self.deadline_from_now(),
             )
         returned = [
             j.id,

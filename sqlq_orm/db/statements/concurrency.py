@@ -12,9 +12,12 @@ On SQLite that is the whole story: one writer at a time, so the claim always cou
 what is there. On PostgreSQL and MySQL two claims run side by side, each counting on
 a snapshot that misses the other's uncommitted claim, and both could take the last
 place of a key. So a claim that took keyed jobs counts those keys again before it
-commits (:attr:`ConcurrencyStatements.recount_held`), after a per-key lock
-(PostgreSQL advisory locks) or as a locking read that waits for the other claim to
-commit (InnoDB); if a key is now over its limit the claim rolls back and runs again.
+commits (:attr:`ConcurrencyStatements.recount_held`), after a per-key lock held until
+its transaction ends (PostgreSQL advisory locks, MySQL named locks: the backend's
+``lock_concurrency_keys``), so the later of two claims of a key counts what the
+earlier one committed; if a key is now over its limit the claim rolls back and runs
+again. The recount is a plain read: it never waits on a job row another transaction
+holds locked.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import bindparam, func, select, text
+from sqlalchemy import bindparam, case, func, select
 from sqlalchemy.engine import Row
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -34,20 +37,35 @@ class ConcurrencyStatements(StatementGroup):
 
     def _build_concurrency(self) -> None:
         j = self.tables.jobs.c
-        # Held jobs of the given keys, one row each (counted in Python per key).
-        recount = select(j.concurrency_key).where(
+        # Held jobs of the given keys with their limits, one row each (counted in
+        # Python per key, against the smallest limit).
+        recount = select(j.concurrency_key, j.concurrency_limit).where(
             j.concurrency_key.in_(bindparam("p_keys", expanding=True)),
             status_in(j.status, HELD_VALUES),
         )
-        if self.dialect.recount_locks_rows:
-            recount = recount.with_for_update()
         self.recount_held = recount
         self.recheck_concurrency = self.dialect.concurrency_recheck
-        self.lock_concurrency_keys = (
-            None if self.dialect.key_lock_sql is None else text(self.dialect.key_lock_sql)
-        )
         # Keys of two job tables in one database must not share locks.
         self.concurrency_lock_scope = self.tables.jobs.fullname
+
+    def strictest_limit(self) -> ColumnElement[int]:
+        """The limit a candidate row is claimed under: the smallest of its own
+        ``concurrency_limit`` and those of its key's held jobs. Jobs of one key may
+        carry different limits; the strictest among the held and the candidate wins,
+        the rule ``sqlq check`` checks (held jobs never outnumber the smallest limit
+        among them)."""
+        jobs = self.tables.jobs
+        held = jobs.alias("held_limits")
+        held_limit = (
+            select(func.min(held.c.concurrency_limit))
+            .where(
+                held.c.concurrency_key == jobs.c.concurrency_key,
+                status_in(held.c.status, HELD_VALUES),
+            )
+            .scalar_subquery()
+        )
+        own = jobs.c.concurrency_limit
+        return case((held_limit < own, held_limit), else_=own)
 
     def held_by_key(self) -> ColumnElement[int]:
         """Jobs held (CLAIMED or RUNNING) with the candidate row's concurrency key.
@@ -70,36 +88,37 @@ class ConcurrencyStatements(StatementGroup):
 def within_limits(rows: Sequence[Row[Any]]) -> list[int]:
     """The ids of claim candidates (in claim order) that fit their keys' limits.
 
-    Each row is ``(id, priority, run_at, concurrency_key, concurrency_limit, held)``;
-    a row without a key always fits; the n-th candidate of a key fits while
-    ``held + n <= concurrency_limit``. The same rule as the SQL of the claim on
-    databases with ``UPDATE ... RETURNING``; here for the lock-update-read plan.
+    Each row is ``(id, priority, run_at, concurrency_key, concurrency_limit, held)``,
+    the limit already the strictest of the candidate's own and its key's held jobs'
+    (:meth:`ConcurrencyStatements.strictest_limit`); a row without a key always fits;
+    the n-th candidate of a key fits while ``held + n`` is within the strictest limit
+    of the key's candidates so far. The same rule as the SQL of the claim on databases
+    with ``UPDATE ... RETURNING``; here for the lock-update-read plan.
     """
     taken: dict[str, int] = {}
+    strictest: dict[str, int] = {}
     kept: list[int] = []
     for row in rows:
         job_id, _priority, _run_at, key, limit, held = tuple(row)
         if key is None:
             kept.append(job_id)
             continue
+        strictest[key] = min(int(limit), strictest.get(key, int(limit)))
         rank = taken.get(key, 0) + 1
-        if held + rank <= limit:
+        if held + rank <= strictest[key]:
             taken[key] = rank
             kept.append(job_id)
     return kept
 
 
-def over_limit(claimed: Sequence[Row[Any]], held_keys: Sequence[str]) -> dict[str, int]:
-    """Keys whose held jobs (``held_keys``, one entry per held job, counted after the
-    claim) exceed the smallest limit among the ``claimed`` rows of that key: key → held.
-    """
-    limits: dict[str, int] = {}
-    for row in claimed:
-        key = row.concurrency_key
-        if key is not None:
-            limit = int(row.concurrency_limit)
-            limits[key] = min(limit, limits.get(key, limit))
+def over_limit(claimed: Sequence[Row[Any]], held: Sequence[Any]) -> dict[str, int]:
+    """Keys of the ``claimed`` rows whose held jobs (``held``: ``(key, limit)`` per held
+    job, counted after the claim, the claimed ones included) outnumber the smallest
+    limit among them: key → held."""
+    keys = {row.concurrency_key for row in claimed if row.concurrency_key is not None}
     counts: dict[str, int] = {}
-    for key in held_keys:
+    limits: dict[str, int] = {}
+    for key, limit in held:
         counts[key] = counts.get(key, 0) + 1
-    return {key: counts.get(key, 0) for key, limit in limits.items() if counts.get(key, 0) > limit}
+        limits[key] = min(int(limit), limits.get(key, int(limit)))
+    return {key: counts[key] for key in keys if counts.get(key, 0) > limits.get(key, 0)}

@@ -49,12 +49,21 @@ class DependencyStatements(StatementGroup):
         # from the version it waited for.
         self.has_dependents_column = j.has_dependents
         # -- enqueue ---------------------------------------------------------------
-        # The parents, locked in id order (so two enqueues lock alike) and flagged in
-        # the child's transaction: a parent that ends later sees the flag; one that
-        # ended first is read SUCCEEDED (or FAILED, CANCELLED) after the lock.
+        # The parents are flagged and locked in the child's transaction: a parent that
+        # ends later sees the flag (and the edge, once the child commits: its ending
+        # UPDATE waits for the lock); one that ended first is read SUCCEEDED (or FAILED,
+        # CANCELLED) after the lock. The lock is a share lock: it holds off the
+        # parent's end, but not another child's enqueue, and the worker's lease renewal
+        # passes over the row instead of waiting (FOR ... SKIP LOCKED) and renews the
+        # rest. Only a parent not flagged yet is locked exclusively, to flag it, once
+        # per parent. First the exclusive locks, then the shared ones, each in id
+        # order, so two enqueues never hold what the other waits for.
         parents = j.id.in_(bindparam("p_ids", expanding=True))
-        self.lock_parents = select(j.id).where(parents).order_by(j.id).with_for_update()
+        unflagged = and_(parents, j.has_dependents == 0)
+        self.unflagged_parents = select(j.id).where(unflagged)  # a plain read: no wait
+        self.lock_unflagged_parents = select(j.id).where(unflagged).order_by(j.id).with_for_update()
         self.flag_parents = self.update_by_id(jobs).where(parents).values(has_dependents=1)
+        self.lock_parents = select(j.id).where(parents).order_by(j.id).with_for_update(read=True)
         self.parent_states = select(j.id, j.status).where(parents)
         self.insert_dependency = insert(deps).values(
             job_id=bindparam("p_job_id"),

@@ -16,7 +16,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from sqlq_orm.db.statements.base import ACTIVE_VALUES, StatementGroup, status_in
 from sqlq_orm.schema.states import Event, JobStatus
@@ -179,10 +179,18 @@ class EnqueueStatements(StatementGroup):
         if is_duplicate_key is None:
             job_id = connection.execute(statement, params).scalar_one_or_none()
             return None if job_id is None else int(job_id)
+        savepoint = connection.begin_nested()
         try:
-            with connection.begin_nested():
-                return int(connection.execute(statement, params).scalar_one())
-        except IntegrityError as exc:
-            if is_duplicate_key(exc):
+            job_id = int(connection.execute(statement, params).scalar_one())
+        except DBAPIError as exc:
+            if self.dialect.rolls_back_transaction(exc):
+                # A deadlock victim: the database rolled the whole transaction back,
+                # the savepoint with it. Rolling back to it would fail ("SAVEPOINT ...
+                # does not exist") and hide the error that says to run it again.
+                raise
+            savepoint.rollback()
+            if isinstance(exc, IntegrityError) and is_duplicate_key(exc):
                 return None
             raise
+        savepoint.commit()
+        return job_id

@@ -20,6 +20,7 @@ from sqlalchemy import (
 from sqlq_orm.db.statements.base import HELD_VALUES, lease_cleared, status_in
 from sqlq_orm.db.statements.dependencies import DependencyStatements
 from sqlq_orm.db.statements.history import HistoryStatements
+from sqlq_orm.db.statements.returning import LOCKED_IDS
 from sqlq_orm.schema.states import AttemptStatus, JobStatus
 
 
@@ -58,27 +59,54 @@ class LeasesStatements(HistoryStatements, DependencyStatements):
         # -- heartbeat (one lease or many) ------------------------------------------
         # The lease guard for every lease at once, (id, token) pairs; RETURNING names
         # the leases renewed. "id IN" as well, for the primary-key lookup (as below).
+        renewable = and_(
+            j.id.in_(bindparam("p_ids", expanding=True)),
+            tuple_(j.id, j.lease_token).in_(bindparam("p_pairs", expanding=True)),
+            status_in(j.status, HELD_VALUES),
+            or_(j.deadline_at.is_(None), j.deadline_at > now),
+        )
+        renewal = {
+            "heartbeat_at": now,
+            "lease_expires_at": self.later(bindparam("p_lease_seconds")),
+        }
+        # Waits for a row another transaction holds (heartbeat of one lease: only that
+        # job's renewal waits).
         self.heartbeat_batch = self.returning_update(
-            self.update_by_id(jobs)
-            .where(
-                j.id.in_(bindparam("p_ids", expanding=True)),
-                tuple_(j.id, j.lease_token).in_(bindparam("p_pairs", expanding=True)),
-                status_in(j.status, HELD_VALUES),
-                or_(j.deadline_at.is_(None), j.deadline_at > now),
-            )
-            .values(heartbeat_at=now, lease_expires_at=now + bindparam("p_lease_seconds")),
+            self.update_by_id(jobs).where(renewable).values(**renewal),
             [j.id, j.lease_expires_at],
         )
-        # Why a renewal was refused, for the leases heartbeat_batch did not return:
-        # still ours but past its max runtime, or lost.
+        # Passes over the rows another transaction holds locked (an app transaction
+        # that enqueued a child of one of them, say) and renews the rest: one locked
+        # row must not hold up every lease of the worker until they all expire. A
+        # skipped lease is renewed at the next round. FOR NO KEY UPDATE on PostgreSQL
+        # (key_share): what the UPDATE takes anyway, and no conflict with the key-share
+        # locks of rows inserted that reference the job (its events, a child's edge).
+        unlocked = (
+            select(j.id)
+            .where(renewable)
+            .order_by(j.id)
+            .with_for_update(skip_locked=True, key_share=True)
+        )
+        self.heartbeat_unlocked = self.returning_update(
+            self.update_by_id(jobs).where(renewable, j.id.in_(unlocked)).values(**renewal),
+            [j.id, j.lease_expires_at],
+            lock=unlocked,
+            locked_update=self.update_by_id(jobs)
+            .where(renewable, j.id.in_(bindparam(LOCKED_IDS, expanding=True)))
+            .values(**renewal),
+        )
+        # Why a renewal was refused, for the leases the renewal did not return: still
+        # ours (then skipped as locked, or past its max runtime), or lost.
         self.lease_states = select(
             j.id,
             and_(
                 status_in(j.status, HELD_VALUES),
                 tuple_(j.id, j.lease_token).in_(bindparam("p_pairs", expanding=True)),
+            ).label("ours"),
+            and_(
                 j.deadline_at.is_not(None),
                 j.deadline_at <= now,
-            ),
+            ).label("past_deadline"),
         ).where(j.id.in_(bindparam("p_ids", expanding=True)))
 
         # -- finish (each guarded by token and the status the caller saw) ------------

@@ -92,6 +92,11 @@ def stats_gauges(stats: QueueStats) -> list[GaugeFamily]:
         "QUEUED jobs whose run_at has come.",
         (({"queue": q.queue}, q.ready) for q in stats.latency),
     )
+    out.metric(
+        "sqlq_queue_paused",
+        "1 for each queue an operator paused (no job of it starts until resumed).",
+        (({"queue": name}, 1) for name in stats.paused_queues),
+    )
     oldest = stats.oldest_held[0].silent_seconds if stats.oldest_held else 0
     out.metric(
         "sqlq_oldest_in_progress_silent_seconds",

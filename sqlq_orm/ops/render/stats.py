@@ -57,6 +57,11 @@ def render_stats_text(stats: QueueStats, *, color: bool = False) -> str:
         f"workers: {alive} alive, {len(stats.workers) - alive} silent   "
         f"queue latency: {human_seconds(stats.oldest_ready_latency_seconds)}"
     )
+    if stats.paused_queues:
+        header += "\n" + paint(
+            f"paused queues (no job of theirs starts): {', '.join(stats.paused_queues)}",
+            "yellow",
+        )
     sections = [
         header,
         _section_counts(stats, paint),
@@ -76,9 +81,15 @@ def _section_counts(stats: QueueStats, paint: Paint) -> str:
     counts = stats.counts
     numeric = range(1, len(STATUS_ORDER) + 2)
     latency = {q.queue: q for q in stats.latency}
+    paused = set(stats.paused_queues)
     queue_rows = []
     for name, statuses in counts.by_queue.items():
-        row: list[Any] = [name, *(statuses.get(s, 0) for s in STATUS_ORDER), sum(statuses.values())]
+        shown = f"{name} (paused)" if name in paused else name
+        row: list[Any] = [
+            shown,
+            *(statuses.get(s, 0) for s in STATUS_ORDER),
+            sum(statuses.values()),
+        ]
         waiting = latency.get(name)
         row.append(
             "-"

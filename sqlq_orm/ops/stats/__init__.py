@@ -25,7 +25,7 @@ May import: :mod:`sqlq_orm.errors`, :mod:`sqlq_orm.schema`, :mod:`sqlq_orm.core`
 anything carrying one, like a :class:`~sqlq_orm.Queue`).
 """
 
-from sqlq_orm.ops.stats.collect import collect_stats, percentile_rank
+from sqlq_orm.ops.stats.collect import collect_stats, collect_workers, percentile_rank
 from sqlq_orm.ops.stats.queries import StatsQueries
 from sqlq_orm.ops.stats.views import (
     DEFAULT_STUCK_LIMIT,
@@ -43,6 +43,7 @@ from sqlq_orm.ops.stats.views import (
     StateCounts,
     Throughput,
     TypeHealth,
+    WorkersReport,
     WorkerState,
     WorkerView,
 )
@@ -66,6 +67,8 @@ __all__ = [
     "TypeHealth",
     "WorkerState",
     "WorkerView",
+    "WorkersReport",
     "collect_stats",
+    "collect_workers",
     "percentile_rank",
 ]

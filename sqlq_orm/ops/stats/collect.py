@@ -36,6 +36,7 @@ from sqlq_orm.ops.stats.views import (
     StateCounts,
     Throughput,
     TypeHealth,
+    WorkersReport,
     WorkerView,
     worker_state,
 )
@@ -96,6 +97,8 @@ def collect_stats(
         durations = _durations(connection, q, long_window)
         workers = _workers(connection, q, now, worker_stale_seconds, held_by_worker)
         retention = _retention(connection, q, policy, counts)
+        paused = q.paused_queues()
+        paused_queues = [] if paused is None else sorted(connection.execute(paused).scalars())
 
     return QueueStats(
         now=now,
@@ -116,7 +119,36 @@ def collect_stats(
         workers=workers,
         retention=retention,
         worker_stale_seconds=worker_stale_seconds,
+        paused_queues=paused_queues,
     )
+
+
+def collect_workers(
+    queue: QueueContext | HasContext,
+    *,
+    stuck_limit: int = DEFAULT_STUCK_LIMIT,
+    worker_stale_seconds: int = DEFAULT_WORKER_STALE_SECONDS,
+) -> WorkersReport:
+    """Only the workers' part of :func:`collect_stats` (the workers, what each holds,
+    the longest-silent held jobs): three indexed reads in one snapshot instead of the
+    whole report, for a page (the dashboard's ``/workers``) that shows nothing else."""
+    stuck_limit = validation.require_int(
+        "stuck_limit", stuck_limit, minimum=1, maximum=validation.INT32_MAX
+    )
+    worker_stale_seconds = validation.require_int(
+        "worker_stale_seconds", worker_stale_seconds, minimum=1, maximum=validation.INT32_MAX
+    )
+    context = context_of(queue)
+    with context.snapshot() as connection:
+        now = context.now(connection)
+        q = StatsQueries(context.tables, now, context.dialect)
+        held_by_worker = {row[0]: int(row[1]) for row in connection.execute(q.held_by_worker())}
+        return WorkersReport(
+            now=now,
+            workers=_workers(connection, q, now, worker_stale_seconds, held_by_worker),
+            oldest_held=_oldest_held(connection, q, stuck_limit, worker_stale_seconds),
+            worker_stale_seconds=worker_stale_seconds,
+        )
 
 
 def _state_counts(connection: Connection, q: StatsQueries) -> StateCounts:

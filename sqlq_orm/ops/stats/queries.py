@@ -51,6 +51,13 @@ class StatsQueries:
         j = self.tables.jobs.c
         return select(j.queue, j.status, func.count()).group_by(j.queue, j.status)
 
+    def paused_queues(self) -> Select[Any] | None:
+        """The paused queues' names (a small table, read whole); None without one."""
+        queues = self.tables.queues
+        if queues is None:
+            return None
+        return select(queues.c.name).where(queues.c.paused_at.is_not(None))
+
     def counts_by_type(self) -> Select[Any]:
         """Covered by ``ix_*_type_status`` (type, status): an index-only scan."""
         j = self.tables.jobs.c

@@ -9,7 +9,7 @@ builds; the other classes are its parts, one per question (see :mod:`sqlq_orm.op
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 DEFAULT_WINDOWS: tuple[int, ...] = (300, 3600)
 """Throughput windows in seconds: the last 5 and 60 minutes."""
@@ -235,11 +235,24 @@ class QueueStats:
     workers: list[WorkerView]
     retention: list[RetentionStatus]
     worker_stale_seconds: int = DEFAULT_WORKER_STALE_SECONDS
+    paused_queues: list[str] = field(default_factory=list)
+    """Queues an operator paused (:meth:`Queue.pause_queue`): no worker starts their jobs."""
 
     @property
     def oldest_ready_latency_seconds(self) -> int:
         """The worst queue latency over all queues (0 when nothing is ready)."""
         return max((q.latency_seconds for q in self.latency), default=0)
+
+
+@dataclass(frozen=True)
+class WorkersReport:
+    """The workers' part of :class:`QueueStats`, as of one instant
+    (:func:`~sqlq_orm.ops.stats.collect_workers`)."""
+
+    now: int
+    workers: list[WorkerView]
+    oldest_held: list[HeldJob]
+    worker_stale_seconds: int
 
 
 def worker_state(last_seen_at: int | None, now: int, stale_seconds: int) -> WorkerState:

@@ -151,6 +151,7 @@ class AsyncQueue:
         default_lease_seconds: int = DEFAULT_LEASE_SECONDS,
         payload_max_bytes: int = validation.DEFAULT_PAYLOAD_MAX_BYTES,
         heartbeat_event_interval: float = DEFAULT_HEARTBEAT_EVENT_INTERVAL,
+        schema: str | None = None,
     ) -> None:
         if isinstance(bind, async_sessionmaker):
             engine = bind.kw.get("bind")
@@ -175,6 +176,7 @@ class AsyncQueue:
             default_lease_seconds=default_lease_seconds,
             payload_max_bytes=payload_max_bytes,
             heartbeat_event_interval=heartbeat_event_interval,
+            schema=schema,
         )
         # wait() runs in the greenlet bridge: its pauses must hand the loop back.
         self.sync_queue._pause = _pause_on_loop
@@ -232,3 +234,11 @@ class AsyncQueue:
     check_schema = awaited(Queue.check_schema)
     result = awaited(Queue.result)
     wait = awaited(Queue.wait)
+    pause_queue = awaited(Queue.pause_queue)
+    resume_queue = awaited(Queue.resume_queue)
+    paused_queues = awaited(Queue.paused_queues)
+    queue_states = awaited(Queue.queue_states)
+    discard = awaited(Queue.discard)
+    cancel_jobs = awaited(Queue.cancel_jobs)
+    retry_jobs = awaited(Queue.retry_jobs)
+    discard_jobs = awaited(Queue.discard_jobs)

@@ -1,0 +1,41 @@
+"""Operator controls: the sqlq_queues table (paused queues).
+
+Revision ID: sqlq_0009
+Revises: sqlq_0007
+Create Date: 2026-11-24
+
+A new table only, written out through Alembic's portable operations like sqlq_0002;
+existing jobs are untouched, and a queue without a row runs as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+
+from alembic import op
+
+revision: str = "sqlq_0009"
+down_revision: str | Sequence[str] | None = "sqlq_0007"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "sqlq_queues",
+        sa.Column("name", sa.String(100), nullable=False),
+        sa.Column("paused_at", sa.BigInteger(), nullable=True),
+        sa.Column("changed_by", sa.String(200), nullable=True),
+        sa.Column("updated_at", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint("name", name=op.f("pk_sqlq_queues")),
+        # MySQL/MariaDB only, as in sqlq_0001: InnoDB, utf8mb4, binary collation.
+        mysql_engine="InnoDB",
+        mysql_charset="utf8mb4",
+        mysql_collate="utf8mb4_bin",
+    )
+
+
+def downgrade() -> None:
+    op.drop_table("sqlq_queues")

@@ -1,0 +1,81 @@
+"""``sqlq queue pause|resume|list``, run for real against every database."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.acceptance.test_cli import migrated_url, one_error_line, queue_on, sqlq  # noqa: F401
+
+pytestmark = pytest.mark.slow
+
+
+def test_queue_pause_stops_claims_until_resume_and_list_shows_it(migrated_url):  # noqa: F811
+    assert sqlq("--db", migrated_url, "enqueue", "a", "--queue", "mail").returncode == 0
+
+    paused = sqlq("--db", migrated_url, "queue", "pause", "mail")
+    again = sqlq("--db", migrated_url, "queue", "pause", "mail")
+    listed = sqlq("--db", migrated_url, "queue", "list", "--json")
+    text = sqlq("--db", migrated_url, "queue", "list")
+
+    assert (paused.returncode, paused.stdout.strip()) == (0, "paused queue mail")
+    assert again.stdout.strip() == "queue mail was already paused"
+    (row,) = json.loads(listed.stdout)["queues"]
+    assert (row["queue"], row["paused"], row["changed_by"], row["queued"]) == (
+        "mail", True, "cli", 1,
+    )  # fmt: skip
+    assert "mail   paused" in text.stdout
+    queue = queue_on(migrated_url)
+    assert queue.claim("w", queues=["mail"]) == []
+    assert "mail (paused)" in sqlq("--db", migrated_url, "stats").stdout
+
+    resumed = sqlq("--db", migrated_url, "queue", "resume", "mail")
+
+    assert resumed.stdout.strip() == "resumed queue mail"
+    assert len(queue.claim("w", queues=["mail"])) == 1
+    assert "running" in sqlq("--db", migrated_url, "queue", "list").stdout
+    queue.engine.dispose()
+
+
+def test_queue_pause_of_a_bad_name_is_one_error_line(migrated_url):  # noqa: F811
+    line = one_error_line(sqlq("--db", migrated_url, "queue", "pause", "x" * 101))
+    assert "name" in line
+
+
+def test_jobs_actions_by_filter_are_dry_runs_until_yes(migrated_url):  # noqa: F811
+    queue = queue_on(migrated_url)
+    ids = [queue.enqueue("digest", queue="mail").id for _ in range(3)]
+    other = queue.enqueue("digest").id
+
+    dry = sqlq("--db", migrated_url, "jobs", "cancel", "--queue", "mail")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.startswith("3 job(s) match; nothing done (dry run)")
+    assert [queue.get_job(i).status for i in ids] == ["QUEUED"] * 3
+
+    done = sqlq("--db", migrated_url, "jobs", "cancel", "--queue", "mail", "--yes",
+                "--reason", "vendor down")  # fmt: skip
+    assert done.stdout.strip() == "cancelled 3 job(s)"
+    retried = sqlq(
+        "--db", migrated_url, "jobs", "retry", "--status", "cancelled", "--type", "digest",
+        "--yes", "--batch", "2", "--json",
+    )  # fmt: skip
+    result = json.loads(retried.stdout)
+    assert (result["acted"], result["batches"], result["complete"]) == (3, 2, True)
+    discarded = sqlq("--db", migrated_url, "jobs", "discard", "--queue", "mail", "--yes")
+    assert discarded.stdout.strip() == "discarded 3 job(s)"
+    single = sqlq("--db", migrated_url, "jobs", "discard", str(other))
+    assert single.stdout.strip() == "discarded 1 job(s)"
+    assert queue.counts_by_status()["QUEUED"] == 0
+    queue.engine.dispose()
+
+
+def test_jobs_without_a_target_or_with_a_status_the_action_skips_is_one_error_line(
+    migrated_url,  # noqa: F811
+):
+    assert "name the jobs to discard" in one_error_line(
+        sqlq("--db", migrated_url, "jobs", "discard")
+    )
+    assert "not SUCCEEDED" in one_error_line(
+        sqlq("--db", migrated_url, "jobs", "cancel", "--status", "succeeded")
+    )

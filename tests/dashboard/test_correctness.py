@@ -1,0 +1,226 @@
+"""What the dashboard got wrong, in a real chromium and over HTTP: out-of-range ids,
+confirm pages for jobs that cannot take the action, re-POST on reload, WAITING jobs
+left out of a bulk cancel, bulk counts that stopped at 1,000, bulk actions offered
+where nothing can match."""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+
+import pytest
+
+from sqlq_orm.schema.states import JobStatus
+from tests.dashboard.seed import seed
+from tests.dashboard.test_security import Raw
+from tests.dashboard.test_writes import retry_is_unchanged
+from tests.support.queue_helpers import event_names
+
+TOO_BIG = str(2**63)
+WAY_TOO_BIG = "99999999999999999999"
+
+
+@pytest.mark.parametrize(
+    "path, status, message",
+    [
+        (f"/jobs/{WAY_TOO_BIG}", 404, f"no job with id {WAY_TOO_BIG}"),
+        (f"/jobs/{TOO_BIG}", 404, f"no job with id {TOO_BIG}"),
+        (f"/jobs?id={TOO_BIG}", 400, f"id must be a job id from 1 to {2**63 - 1}, got {TOO_BIG}"),
+        (f"/jobs?before={WAY_TOO_BIG}", 400, "before must be a job id"),
+        (f"/actions/retry?job={TOO_BIG}", 400, "job must be a job id"),
+        (f"/actions/cancel?job={WAY_TOO_BIG}", 400, "job must be a job id"),
+        (f"/actions/cancel?id={TOO_BIG}", 400, "id must be a job id"),
+    ],
+)
+def test_an_out_of_range_id_is_named_not_a_server_error(serve, queue, path, status, message):
+    seed(queue)
+    got, body, _ = Raw(serve(enable_actions=True).url).request("GET", path)
+    assert (got, message in body) == (status, True), body[-600:]
+
+
+@pytest.mark.parametrize("action", ["retry", "cancel"])
+@pytest.mark.parametrize("job", [TOO_BIG, WAY_TOO_BIG])
+def test_a_posted_out_of_range_id_is_refused_and_changes_nothing(serve, queue, action, job):
+    jobs = seed(queue)
+    raw = Raw(serve(enable_actions=True).url)
+    cookie, token = raw.form(jobs.failed)
+    form = urllib.parse.urlencode({"csrf_token": token, "job": job}).encode()
+    status, body, _ = raw.request("POST", f"/actions/{action}", form, Cookie=f"sqlq_csrf={cookie}")
+    assert status == 400 and "job must be a job id" in body
+    retry_is_unchanged(queue, jobs.failed)
+
+
+def test_no_confirm_form_for_a_job_that_does_not_exist_or_cannot_take_the_action(serve, queue):
+    jobs = seed(queue)
+    raw = Raw(serve(enable_actions=True).url)
+    status, body, _ = raw.request("GET", "/actions/retry?job=999")
+    assert status == 404 and "no job with id 999" in body and 'id="confirm"' not in body
+    status, body, _ = raw.request("GET", f"/actions/retry?job={jobs.queued}")
+    assert status == 409 and 'id="confirm"' not in body
+    assert f"job {jobs.queued} is QUEUED: only FAILED or CANCELLED jobs can be retried" in body
+    status, body, _ = raw.request("GET", f"/actions/cancel?job={jobs.succeeded}")
+    assert status == 409 and "is SUCCEEDED" in body and 'id="confirm"' not in body
+    assert raw.request("GET", f"/actions/retry?job={jobs.failed}")[0] == 200  # the control
+
+
+@pytest.mark.browser
+def test_reloading_the_outcome_page_does_not_send_the_form_again(serve, page, queue):
+    jobs = seed(queue)
+    served = serve(enable_actions=True)
+    page.goto(served.url + f"/actions/retry?job={jobs.failed}")
+    page.click("#confirm")
+    assert page.locator("#outcome").inner_text() == "1 job retried."
+    assert "/actions/retry/done?outcome=" in page.url
+    # The job is claimed and fails again: a re-POST would now retry it a second time.
+    [lease] = queue.claim("w-2", start=True, queues=["default"], limit=1)
+    assert lease.job_id == jobs.failed
+    queue.fail(lease, "PAYMENT:CARD_DECLINED", "again", retryable=False)
+    response = page.reload()
+    assert response is not None and response.request.method == "GET"
+    assert page.locator("#outcome").inner_text() == "1 job retried."
+    assert event_names(queue.context.engine, jobs.failed).count("RETRIED") == 1
+    assert queue.get_job(jobs.failed).status == JobStatus.FAILED
+    # An outcome this process does not hold (restart, another process) says so.
+    page.goto(served.url + "/actions/retry/done?outcome=nope")
+    assert "no longer held" in page.locator("#error").inner_text()
+
+
+@pytest.mark.browser
+def test_cancel_matching_includes_waiting_jobs(serve, page, queue):
+    parent = queue.enqueue("fetch").id
+    waiting = [queue.enqueue("report", {"n": n}, depends_on=[parent]).id for n in range(3)]
+    served = serve(enable_actions=True)
+    page.goto(served.url + f"/jobs/{waiting[0]}")
+    assert page.locator("#cancel").count() == 1  # the job page offers it...
+    page.goto(served.url + "/jobs?status=WAITING")
+    page.click("#bulk-cancel")
+    assert page.locator("#count").inner_text() == "3"  # ...and so does the bulk action
+    page.click("#confirm")
+    assert page.locator("#outcome").inner_text() == "3 jobs cancelled."
+    assert {queue.get_job(j).status for j in waiting} == {JobStatus.CANCELLED}
+    assert queue.get_job(parent).status == JobStatus.QUEUED
+
+
+@pytest.mark.browser
+def test_bulk_actions_are_offered_only_where_something_can_match(serve, page, queue):
+    seed(queue)
+    served = serve(enable_actions=True)
+    offered = {}
+    for status in ("SUCCEEDED", "FAILED", "QUEUED", ""):
+        page.goto(served.url + f"/jobs?status={status}&queue=default")
+        offered[status] = [page.locator(f"#bulk-{name}").count() for name in ("retry", "cancel")]
+    assert offered == {"SUCCEEDED": [0, 0], "FAILED": [1, 0], "QUEUED": [0, 1], "": [1, 1]}
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_bulk_counts_are_exact_past_a_thousand_and_the_cap_is_stated(
+    serve, page, queue, monkeypatch
+):
+    import sqlq_orm.dashboard.actions as actions
+
+    monkeypatch.setattr(actions, "MAX_BULK", 1_000)  # 10,000 by default; smaller here
+    ids = queue.enqueue_many([{"type": "bulk", "queue": "bulk"} for _ in range(1_234)])
+    served = serve(enable_actions=True)
+    page.goto(served.url + "/jobs?queue=bulk")
+    page.click("#bulk-cancel")
+    assert page.locator("#count").inner_text() == "1,234"
+    assert "applies to the newest 1,000" in page.locator("#capped").inner_text()
+    page.click("#confirm")
+    assert page.locator("#outcome").inner_text() == "1,000 jobs cancelled."
+    statuses = [queue.get_job(j).status for j in (ids[-1], ids[234], ids[233], ids[0])]
+    assert statuses == ["CANCELLED", "CANCELLED", "QUEUED", "QUEUED"]  # the newest 1,000
+    page.goto(served.url + "/actions/cancel?queue=bulk")
+    assert page.locator("#count").inner_text() == "234"
+    assert page.locator("#capped").count() == 0
+    page.click("#confirm")
+    assert page.locator("#outcome").inner_text() == "234 jobs cancelled."
+    counts = queue.counts_by_status()
+    assert counts["CANCELLED"] == 1_234 and counts["QUEUED"] == 0
+
+
+@pytest.mark.browser
+def test_the_overview_tells_waiting_on_parents_from_queue_latency(serve, page, queue, clock):
+    parent = queue.enqueue("fetch").id
+    queue.enqueue("report", depends_on=[parent])
+    clock.advance(90)
+    page.goto(serve().url + "/")
+    cards = page.locator(".cards").inner_text()
+    assert "1 waiting on parents" in " ".join(cards.split())
+    assert "1m 30s oldest ready job has waited (queue latency)" in " ".join(cards.split())
+    assert page.locator("h2", has_text="Queue latency").count() == 1
+    assert "oldest waiting" not in page.content()
+
+
+@pytest.mark.browser
+def test_a_requeued_job_shows_no_claim_of_a_past_attempt_and_event_times_are_times(
+    serve, page, queue, clock
+):
+    job = queue.enqueue("flaky", max_retries=2).id
+    [lease] = queue.claim("w-1", start=True)
+    queue.heartbeat(lease)
+    queue.fail(lease, "TIMEOUT:UPSTREAM", "slow upstream")  # retry scheduled: QUEUED
+    served = serve()
+    page.goto(served.url + f"/jobs/{job}")
+    assert page.locator("#job-status").inner_text() == "QUEUED"
+    fields = page.locator("table.fields").inner_text()
+    for stale in ("claimed", "heartbeat", "lease expires", "worker"):
+        assert stale not in fields.split(), (stale, fields)
+    assert "w-1" in page.locator("#attempts").inner_text()  # the attempt says who ran it
+    scheduled = page.locator("#events li", has_text="RETRY_SCHEDULED").inner_text()
+    assert re.search(r'"run_at": "\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ"', scheduled), scheduled
+    # The control: while it is held, the claim is shown.
+    clock.advance(3600)  # past the backoff
+    [lease] = queue.claim("w-2", start=True)
+    page.goto(served.url + f"/jobs/{job}")
+    assert "by w-2" in page.locator("table.fields").inner_text()
+
+
+@pytest.mark.browser
+def test_an_unset_app_column_reads_not_set(serve, page, engine):
+    import sqlq_orm
+    from sqlq_orm.dashboard import create_app
+    from tests.acceptance.test_host_app import RENAMED
+
+    RENAMED.base.metadata.create_all(engine)
+    queue = sqlq_orm.Queue(engine, models=RENAMED.models)
+    job = queue.enqueue("send_invoice", {"invoice": 12}).id
+    page.goto(serve(app=create_app(engine, models=RENAMED.models)).url + f"/jobs/{job}")
+    cell = page.locator("tr.app-column", has_text="tenant_id").locator("td")
+    assert cell.inner_text() == "not set"
+
+
+@pytest.mark.browser
+def test_the_jobs_list_has_a_total_and_filters_by_worker_and_time(
+    serve, page, queue, clock, monkeypatch
+):
+    jobs = seed(queue)  # all created at 2023-11-14 22:13:20Z
+    clock.advance(3600)
+    later = queue.enqueue("send_email", {"to": "late@example.com"}).id
+    served = serve()
+    page.goto(served.url + "/jobs")
+    assert page.locator("#total").inner_text() == "6 jobs match (every job)"
+    page.fill("input[name=worker]", "w-alive")
+    page.click("form.filters button")
+    assert "worker=w-alive" in page.url
+    ids = page.locator("#jobs tbody tr td:first-child").all_inner_texts()
+    assert str(later) not in ids and str(jobs.running) in ids
+    page.goto(served.url + "/jobs?created_after=2023-11-14 23:00")
+    assert page.locator("#total").inner_text() == "1 job matches"
+    assert page.locator("#jobs tbody tr td:first-child").all_inner_texts() == [str(later)]
+    assert page.locator("input[name=created_after]").input_value() == "2023-11-14 23:00"
+    page.goto(served.url + "/jobs?created_before=2023-11-14T23:00")
+    assert page.locator("#total").inner_text() == "5 jobs match"
+    response = page.goto(served.url + "/jobs?created_after=yesterday")
+    assert response is not None and response.status == 400
+    assert "created_after must be a UTC time like" in page.locator("#error").inner_text()
+    # A worker on the workers page links to its jobs.
+    page.goto(served.url + "/workers")
+    page.click("#workers >> text=w-alive")
+    assert page.locator("input[name=worker]").input_value() == "w-alive"
+    # The total counts no further than MAX_COUNTED (10,000; 3 here).
+    import sqlq_orm.dashboard.pages as pages
+
+    monkeypatch.setattr(pages, "MAX_COUNTED", 3)
+    page.goto(served.url + "/jobs")
+    assert page.locator("#total").inner_text() == "more than 3 jobs match (every job)"
