@@ -78,11 +78,37 @@ class TaskSignature:
         }
         self.result_converter = converter_for(hints.get("return", Any))
         """How the function's return value is stored and read back (by its annotation)."""
+        kinds = {p.kind for p in parameters}
+        self._simple = not kinds & {
+            inspect.Parameter.POSITIONAL_ONLY,
+            inspect.Parameter.VAR_POSITIONAL,
+            inspect.Parameter.VAR_KEYWORD,
+        }
+        self._positional = [p.name for p in parameters if p.kind is p.POSITIONAL_OR_KEYWORD]
         self._required = {
             p.name
             for p in parameters
             if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
         }
+
+    def arguments_of(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """The call's arguments by parameter name (defaults not filled in), or
+        :class:`InvalidInput` naming what does not fit.
+
+        The common call (no ``*args``, ``**kwargs`` or positional-only parameters, and
+        nothing wrong) is bound here by hand; anything else goes through
+        :meth:`inspect.Signature.bind`, which also words the errors.
+        """
+        if self._simple and len(args) <= len(self._positional):
+            arguments = dict(zip(self._positional, args, strict=False))
+            for name, value in kwargs.items():
+                if name not in self.parameters or name in arguments:
+                    break
+                arguments[name] = value
+            else:
+                if self._required <= arguments.keys():
+                    return arguments
+        return dict(self.bind(args, kwargs).arguments)
 
     def bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> inspect.BoundArguments:
         """Bind a call, or raise :class:`InvalidInput` naming what does not fit."""
@@ -94,12 +120,12 @@ class TaskSignature:
                 f"written (its signature is {self.signature})"
             ) from None
 
-    def payload_of(self, bound: inspect.BoundArguments) -> dict[str, Any] | None:
-        """The JSON payload of a bound call (None for a call without arguments)."""
-        if not bound.arguments:
+    def payload_of(self, arguments: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The JSON payload of a call's arguments by name (None for none)."""
+        if not arguments:
             return None
         payload: dict[str, Any] = {}
-        for name, value in bound.arguments.items():
+        for name, value in arguments.items():
             encode = self.converters[name].encode
             if encode is not None and value is not None:
                 try:

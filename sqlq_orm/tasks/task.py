@@ -135,29 +135,43 @@ class Task(Generic[P, R]):
 
     def _spec(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> JobSpec:
         options = self.defaults
-        bound = self.signature.bind(args, kwargs)
+        payload, dedupe_key, concurrency_key = self._bound(args, kwargs)
         return JobSpec(
             type=self.name,
-            payload=self.signature.payload_of(bound),
+            payload=payload,
             queue=options.queue,
             priority=options.priority,
             run_at=options.run_at,
             delay=options.delay,
             max_retries=options.max_retries,
             max_runtime_seconds=options.max_runtime_seconds,
-            dedupe_key=self._key("dedupe_key", options.dedupe_key, bound),
-            concurrency_key=self._key("concurrency_key", options.concurrency_key, bound),
+            dedupe_key=dedupe_key,
+            concurrency_key=concurrency_key,
             concurrency_limit=options.concurrency_limit,
             columns=options.columns,
             depends_on=tuple(options.depends_on or ()),
             on_parent_failure=options.on_parent_failure,
         )
 
-    def _key(self, what: str, key: KeyOption, bound: Any) -> str | None:
+    def _bound(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> tuple[dict[str, Any] | None, str | None, str | None]:
+        """The payload of a call, and its dedupe and concurrency keys."""
+        payload = self.signature.payload_of(self.signature.arguments_of(args, kwargs))
+        options = self.defaults
+        return (
+            payload,
+            self._key("dedupe_key", options.dedupe_key, args, kwargs),
+            self._key("concurrency_key", options.concurrency_key, args, kwargs),
+        )
+
+    def _key(
+        self, what: str, key: KeyOption, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> str | None:
         if key is None or isinstance(key, str):
             return key
         try:
-            return key(*bound.args, **bound.kwargs)
+            return key(*args, **kwargs)
         except Exception as exc:
             raise InvalidInput(
                 f"task {self.name!r}: its {what} function raised {type(exc).__name__}: {exc}; "
@@ -189,11 +203,20 @@ class Task(Generic[P, R]):
         unexpected or non-JSON argument raises :class:`~sqlq_orm.errors.InvalidInput`
         naming it, and nothing is written.
         """
+        middlewares = self.registry.middlewares
+        if not middlewares:  # the common path: no JobSpec in between
+            payload, dedupe_key, concurrency_key = self._bound(args, kwargs)
+            o = self.defaults
+            return self.registry.queue.enqueue(
+                self.name, payload, queue=o.queue, priority=o.priority, run_at=o.run_at,
+                delay=o.delay, max_retries=o.max_retries,
+                max_runtime_seconds=o.max_runtime_seconds, dedupe_key=dedupe_key,
+                concurrency_key=concurrency_key, concurrency_limit=o.concurrency_limit,
+                depends_on=o.depends_on, on_parent_failure=o.on_parent_failure,
+                session=o.session, **o.columns,
+            )  # fmt: skip
         spec = self.spec(*args, **kwargs)
         queue = self.registry.queue
-        middlewares = self.registry.middlewares
-        if not middlewares:
-            return queue.enqueue(spec.type, spec.payload, **self._enqueue_arguments(spec))
         return cast(
             EnqueuedJob,
             through_enqueue(

@@ -46,7 +46,7 @@ class Customer(pydantic.BaseModel):
 def roundtrip(function: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
     """The arguments the worker's call binds to, after a trip through JSON."""
     signature = TaskSignature(function, "t")
-    payload = json.loads(json.dumps(signature.payload_of(signature.bind(args, kwargs))))
+    payload = json.loads(json.dumps(signature.payload_of(signature.arguments_of(args, kwargs))))
     call_args, call_kwargs = signature.call_of(payload)
     return dict(inspect.signature(function).bind(*call_args, **call_kwargs).arguments)
 
@@ -72,7 +72,9 @@ def test_dataclass_typeddict_and_pydantic_arguments_come_back_as_they_went_in():
 def test_the_payload_is_plain_json_by_parameter_name_without_defaults():
     signature = TaskSignature(plot, "t")
     payload = signature.payload_of(
-        signature.bind((Route("r", [Point(1, 2)]), {"loud": False}, Customer(id=1, email="e")), {})
+        signature.arguments_of(
+            (Route("r", [Point(1, 2)]), {"loud": False}, Customer(id=1, email="e")), {}
+        )
     )
     assert payload == {
         "route": {"name": "r", "stops": [{"x": 1, "y": 2}], "home": None},
@@ -105,7 +107,7 @@ def test_a_call_that_does_not_bind_is_refused_naming_the_argument(args, kwargs, 
 
     signature = TaskSignature(send, "send")
     with pytest.raises(InvalidInput, match="nothing was written") as refused:
-        signature.bind(args, kwargs)
+        signature.arguments_of(args, kwargs)
     assert named in str(refused.value)
 
 
@@ -125,7 +127,7 @@ def test_a_non_json_argument_is_refused_naming_it_and_where_inside(value, proble
 
     signature = TaskSignature(store, "store")
     with pytest.raises(InvalidInput) as refused:
-        signature.payload_of(signature.bind((value,), {}))
+        signature.payload_of(signature.arguments_of((value,), {}))
     assert "argument 'item'" in str(refused.value)
     assert problem in str(refused.value)
 
