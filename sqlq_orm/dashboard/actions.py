@@ -27,7 +27,13 @@ from sqlq_orm.dashboard.rendering import Renderer
 from sqlq_orm.dashboard.security import CSRF_COOKIE, CSRF_FIELD, CsrfTokens
 from sqlq_orm.dashboard.verbs import ACTIONS, Action
 from sqlq_orm.errors import InvalidInput, InvalidTransition, JobNotFound
-from sqlq_orm.ops.joblist import MAX_SELECTION, JobFilter, count_matching, matching_ids
+from sqlq_orm.ops.joblist import (
+    MAX_PAGE_SIZE,
+    MAX_SELECTION,
+    JobFilter,
+    count_matching,
+    matching_ids,
+)
 from sqlq_orm.queue.queue import Queue
 
 ACTOR = "dashboard"
@@ -79,6 +85,18 @@ def apply(queue: Queue, action: Action, ids: list[int]) -> Outcome:
         else:
             outcome.done.append(job_id)
     return outcome
+
+
+def parse_selected(values: list[str]) -> list[int]:
+    """The ids ticked on a list (``selected`` fields): distinct, at most one page's worth."""
+    ids: list[int] = []
+    for value in values:
+        job_id = parse_job_id("selected", value)
+        if job_id is not None and job_id not in ids:
+            ids.append(job_id)
+    if len(ids) > MAX_PAGE_SIZE:
+        raise InvalidInput(f"at most {MAX_PAGE_SIZE} jobs can be selected, got {len(ids)}")
+    return ids
 
 
 async def read_capped(request: Request, limit: int) -> bytes | None:
@@ -135,8 +153,11 @@ class Actions:
         try:
             job_id = parse_job_id("job", request.query_params.get("job"))
             job_filter = parse_filter(request.query_params)
+            selected = parse_selected(request.query_params.getlist("selected"))
         except InvalidInput as error:
             return self._error(request, 400, str(error))
+        if selected:
+            return await self._confirm_selected(request, action, selected)
         if job_id is None and job_filter.is_empty:
             return self._error(
                 request,
@@ -172,6 +193,37 @@ class Actions:
             max_bulk=MAX_BULK,
         )
 
+    async def _confirm_selected(
+        self, request: Request, action: Action, selected: list[int]
+    ) -> Response:
+        """The jobs ticked on a list: which of them the action applies to."""
+
+        def statuses() -> dict[int, str | None]:
+            found: dict[int, str | None] = {}
+            for job_id in selected:
+                try:
+                    found[job_id] = self.queue.get_job(job_id).status
+                except JobNotFound:
+                    found[job_id] = None
+            return found
+
+        found = await run_in_threadpool(statuses)
+        applies = [j for j, status in found.items() if status in action.applies_to]
+        not_applying = [(j, status) for j, status in found.items() if j not in applies]
+        return self.render.page(
+            request,
+            "confirm.html",
+            refresh=False,
+            action=action,
+            job_id=None,
+            selected=applies,
+            not_applying=not_applying,
+            params={},
+            count=len(applies),
+            applies=len(applies),
+            max_bulk=MAX_BULK,
+        )
+
     async def perform(self, request: Request) -> Response:
         action = self._action(request)
         if action is None:
@@ -187,7 +239,8 @@ class Actions:
             )
         # A urlencoded form parsed here: Starlette's form parser would need
         # python-multipart for a form that has no file in it.
-        form = dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
+        pairs = parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True)
+        form = dict(pairs)
         if not self.csrf.verify(request.cookies.get(CSRF_COOKIE), form.get(CSRF_FIELD)):
             return self._refuse(
                 request,
@@ -197,13 +250,19 @@ class Actions:
         try:
             job_id = parse_job_id("job", form.get("job"))
             job_filter = parse_filter(form)
+            selected = parse_selected([value for name, value in pairs if name == "selected"])
         except InvalidInput as error:
             return self._error(request, 400, str(error))
-        if job_id is None and job_filter.is_empty:
+        if job_id is None and not selected and job_filter.is_empty:
             return self._refuse(request, "a bulk action needs at least one filter")
 
         def work() -> Outcome:
-            ids = [job_id] if job_id else selection(self.queue, action, job_filter)
+            if job_id:
+                ids = [job_id]
+            elif selected:
+                ids = selected
+            else:
+                ids = selection(self.queue, action, job_filter)
             return apply(self.queue, action, ids)
 
         outcome = await run_in_threadpool(work)

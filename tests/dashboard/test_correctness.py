@@ -30,6 +30,12 @@ WAY_TOO_BIG = "99999999999999999999"
         (f"/actions/retry?job={TOO_BIG}", 400, "job must be a job id"),
         (f"/actions/cancel?job={WAY_TOO_BIG}", 400, "job must be a job id"),
         (f"/actions/cancel?id={TOO_BIG}", 400, "id must be a job id"),
+        (f"/actions/retry?selected=1&selected={TOO_BIG}", 400, "selected must be a job id"),
+        (
+            "/actions/retry?" + "&".join(f"selected={n}" for n in range(1, 502)),
+            400,
+            "at most 500 jobs can be selected, got 501",
+        ),
     ],
 )
 def test_an_out_of_range_id_is_named_not_a_server_error(serve, queue, path, status, message):
@@ -224,3 +230,25 @@ def test_the_jobs_list_has_a_total_and_filters_by_worker_and_time(
     monkeypatch.setattr(pages, "MAX_COUNTED", 3)
     page.goto(served.url + "/jobs")
     assert page.locator("#total").inner_text() == "more than 3 jobs match (every job)"
+
+
+@pytest.mark.browser
+def test_rows_ticked_on_the_list_can_be_retried_together_and_stay_ticked(serve, page, queue):
+    jobs = seed(queue)
+    served = serve(enable_actions=True, refresh_seconds=1)
+    page.goto(served.url + "/jobs")
+    for job in (jobs.failed, jobs.failed_too, jobs.succeeded):
+        page.check(f"input[name=selected][value='{job}']")
+    queue.enqueue("send_sms", {"to": "+100"})  # the next update brings a new row...
+    page.locator("#jobs tbody tr", has_text="send_sms").wait_for(timeout=30_000)
+    for job in (jobs.failed, jobs.failed_too, jobs.succeeded):  # ...and keeps the ticks
+        assert page.is_checked(f"input[name=selected][value='{job}']")
+    page.click("#selected-retry")
+    assert page.locator("#count").inner_text() == "2"
+    assert f"{jobs.succeeded} (SUCCEEDED)" in page.locator("#not-applying").inner_text()
+    page.click("#confirm")
+    assert page.locator("#outcome").inner_text() == "2 jobs retried."
+    assert queue.get_job(jobs.failed).status == JobStatus.QUEUED
+    assert queue.get_job(jobs.failed_too).status == JobStatus.QUEUED
+    assert queue.get_job(jobs.succeeded).status == JobStatus.SUCCEEDED
+    assert queue.get_job(jobs.queued).status == JobStatus.QUEUED

@@ -5,7 +5,7 @@
 // answers with the content block only) and copies over the data regions only: the
 // elements marked data-live, matched by id or by their data-live name. Forms,
 // scroll boxes and everything else stay the very same elements, so a filter being
-// typed, a table scrolled sideways and the scroll position survive.
+// typed, a table scrolled sideways, rows ticked and the scroll position survive.
 //
 // No update while the tab is hidden, a form field has focus, text is selected, a
 // pointer is held down, or the page was used in the last INTERACTION_MS. The header
@@ -59,7 +59,10 @@
   function pausedBecause() {
     if (document.visibilityState !== "visible") return "tab hidden";
     var el = document.activeElement;
-    if (el && el !== rate && /^(INPUT|SELECT|TEXTAREA)$/.test(el.tagName)) return "typing";
+    var ticks = el && (el.type === "checkbox" || el.type === "radio");
+    if (el && el !== rate && !ticks && /^(INPUT|SELECT|TEXTAREA)$/.test(el.tagName)) {
+      return "typing";
+    }
     var selection = window.getSelection ? window.getSelection() : null;
     if (selection && !selection.isCollapsed && String(selection).length) return "text selected";
     if (pointerDown) return "pointer held";
@@ -96,7 +99,15 @@
     content.querySelectorAll("[data-live]").forEach(function (el) {
       var next = fresh[keyOf(el)];
       if (!next) return;
+      // Rows ticked for a bulk action stay ticked (when they are still listed).
+      var ticked = {};
+      el.querySelectorAll("input[type=checkbox]:checked").forEach(function (box) {
+        ticked[box.name + "=" + box.value] = true;
+      });
       if (el.innerHTML !== next.innerHTML) el.innerHTML = next.innerHTML;
+      el.querySelectorAll("input[type=checkbox]").forEach(function (box) {
+        if (ticked[box.name + "=" + box.value]) box.checked = true;
+      });
       var cls = next.getAttribute("class");
       if (cls !== el.getAttribute("class")) {
         if (cls === null) el.removeAttribute("class"); else el.setAttribute("class", cls);
