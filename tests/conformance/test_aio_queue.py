@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 import sqlq_orm
 from sqlq_orm import AsyncQueue, InvalidInput, LeaseLost
 from tests.support.aio_bridge import async_url
+from tests.support.pgbouncer import engine_options
 from tests.support.queue_helpers import (
     assert_histories_are_legal,
     count_events,
@@ -45,7 +46,7 @@ def run(factory: Callable[[AsyncEngine], Coroutine[Any, Any, Any]], url: str) ->
     """Run ``factory(engine)`` on a fresh event loop with a fresh async engine."""
 
     async def main() -> Any:
-        engine = sqlq_orm.create_async_engine(url)
+        engine = sqlq_orm.create_async_engine(url, **engine_options(url))
         try:
             return await factory(engine)
         finally:

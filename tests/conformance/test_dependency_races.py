@@ -15,6 +15,7 @@ import pytest
 import sqlq_orm
 from sqlq_orm import JobStatus
 from sqlq_orm.ops.invariants import check
+from tests.support.backends import engine_for
 from tests.support.faultkit import UPDATE_JOBS_SET, Actor, PauseAfter, start_blocked
 
 LOCK_CHILDREN = r"FROM sqlq_jobs WHERE sqlq_jobs.id IN \(.*\) AND sqlq_jobs.status = .*FOR UPDATE"
@@ -26,7 +27,7 @@ SQLITE_LOCK_CHILDREN = r"FROM sqlq_jobs WHERE sqlq_jobs.id IN \(.*\) AND sqlq_jo
 @pytest.fixture
 def other(db_url, clock):
     """A second party: its own engine and queue on the same database and clock."""
-    engine = sqlq_orm.create_engine(db_url)
+    engine = engine_for(db_url)
     yield sqlq_orm.Queue(engine, clock=clock)
     engine.dispose()
 
@@ -95,7 +96,7 @@ ROUNDS = 5
 
 def test_many_parents_ending_in_threads_never_strand_a_child(db_url, queue, clock):
     """A fan-in per round; every parent finished by its own thread at the same moment."""
-    engines = [sqlq_orm.create_engine(db_url) for _ in range(PARENTS)]
+    engines = [engine_for(db_url) for _ in range(PARENTS)]
     queues = [sqlq_orm.Queue(e, clock=clock) for e in engines]
     children = []
     try:

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 import sqlq_orm
 from sqlq_orm import DedupeConflict, InvalidInput, Queue
 from tests.conftest import PINNED_START as T0
+from tests.support.backends import engine_for
 from tests.support.queue_helpers import job_row, row_counts
 
 # ------------------------------------------- dedupe on one long-lived connection
@@ -23,7 +24,7 @@ def _one_connection_queue(db_url: str, clock: sqlq_orm.PinnedClock) -> Queue:
     # One pooled connection: on PostgreSQL psycopg prepares a statement after its 5th
     # run on a connection, and the generic plan of a predicate with bound parameters
     # cannot be matched to the partial unique index ON CONFLICT names.
-    engine = sqlq_orm.create_engine(db_url, pool_size=1, max_overflow=0)
+    engine = engine_for(db_url, pool_size=1, max_overflow=0)
     return Queue(engine, clock=clock)
 
 

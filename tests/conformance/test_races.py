@@ -23,6 +23,7 @@ from sqlalchemy import func, select
 import sqlq_orm
 from sqlq_orm import InvalidTransition, JobStatus, LeaseLost
 from sqlq_orm.ops.invariants import check
+from tests.support.backends import engine_for
 from tests.support.faultkit import UPDATE_JOBS_SET, Actor, PauseAfter, start_blocked
 
 CLAIM = UPDATE_JOBS_SET + r" status=\S+, claimed_at="
@@ -35,7 +36,7 @@ SWEEP_PICK = r"FROM sqlq_jobs WHERE sqlq_jobs.status IN \(.*\) AND sqlq_jobs.lea
 @pytest.fixture
 def other(db_url, clock):
     """A second party: its own engine and queue on the same database and clock."""
-    engine = sqlq_orm.create_engine(db_url)
+    engine = engine_for(db_url)
     yield sqlq_orm.Queue(engine, clock=clock)
     engine.dispose()
 
@@ -283,7 +284,7 @@ def test_claim_that_waited_behind_another_claim_takes_other_jobs(engine, queue, 
 
 def test_many_claimers_released_together_never_share_a_job(db_url, queue, clock):
     ids = {queue.enqueue("t").id for _ in range(60)}
-    queues = [sqlq_orm.Queue(sqlq_orm.create_engine(db_url), clock=clock) for _ in range(4)]
+    queues = [sqlq_orm.Queue(engine_for(db_url), clock=clock) for _ in range(4)]
     start_line = threading.Barrier(len(queues))
 
     def drain(worker_queue, name):

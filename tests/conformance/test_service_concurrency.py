@@ -13,9 +13,9 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-import sqlq_orm
 from sqlq_orm import PinnedClock, Queue
 from tests.conftest import PINNED_START
+from tests.support.backends import engine_for
 from tests.support.queue_helpers import (
     assert_histories_are_legal,
     count_events,
@@ -36,7 +36,7 @@ def _claim_until_empty(
     db_url: str, worker_id: str, queues: list[str], start: bool, barrier: Any
 ) -> list[int]:
     """Claim batches until a claim comes back empty; return the ids claimed."""
-    engine = sqlq_orm.create_engine(db_url)
+    engine = engine_for(db_url)
     queue = Queue(engine, clock=PinnedClock(PINNED_START))
     claimed: list[int] = []
     barrier.wait()
@@ -51,7 +51,7 @@ def _claim_in_child(db_url: str, worker_id: str, queues: list[str], barrier: Any
 
 
 def _enqueue_in_child(db_url: str, key: str, barrier: Any, out: Any) -> None:
-    engine = sqlq_orm.create_engine(db_url)
+    engine = engine_for(db_url)
     queue = Queue(engine, clock=PinnedClock(PINNED_START))
     barrier.wait()
     results = [queue.enqueue("sync", dedupe_key=key) for _ in range(5)]

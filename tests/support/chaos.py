@@ -54,6 +54,7 @@ from sqlq_orm import JobError, RetryPolicy
 from sqlq_orm.ops.invariants import check
 from sqlq_orm.schema.models import Base
 from sqlq_orm.worker.handlers import AsyncJobContext, HandlerRegistry, JobContext
+from tests.support.backends import engine_for
 
 ROOT = Path(__file__).resolve().parents[2]
 LOG_ENV = "SQLQ_CHAOS_LOG"
@@ -273,7 +274,7 @@ class Sweeper(threading.Thread):
 
     def __init__(self, db_url: str, rng: random.Random, stop: threading.Event) -> None:
         super().__init__(daemon=True, name="chaos-sweeper")
-        self.engine = sqlq_orm.create_engine(db_url)
+        self.engine = engine_for(db_url)
         self.queue = sqlq_orm.Queue(
             self.engine, retry_policy=RetryPolicy(base_seconds=RETRY_BASE, max_seconds=8)
         )

@@ -79,11 +79,17 @@ CURRENT: Pooler | None = None
 
 
 def engine_options(db_url: str) -> dict[str, Any]:
-    """What ``sqlq_orm.create_engine`` needs for ``db_url``: for a URL through the
-    session's PgBouncer, transaction pooling with a direct ``listen_url``."""
-    if CURRENT is None or db_url not in CURRENT.direct_urls:
+    """What ``sqlq_orm.create_engine`` (or ``create_async_engine``) needs for
+    ``db_url``: for a URL through the session's PgBouncer (any driver), transaction
+    pooling with a direct ``listen_url`` on the same database."""
+    if CURRENT is None:
         return {}
-    return {"transaction_pooling": True, "listen_url": CURRENT.direct_urls[db_url]}
+    url = sqlalchemy.make_url(db_url)
+    for pooled, direct in CURRENT.direct_urls.items():
+        known = sqlalchemy.make_url(pooled)
+        if (url.host, url.port, url.database) == (known.host, known.port, known.database):
+            return {"transaction_pooling": True, "listen_url": direct}
+    return {}
 
 
 def worker_environment(db_url: str) -> dict[str, str]:

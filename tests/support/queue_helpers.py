@@ -240,7 +240,8 @@ def is_sqlite(engine: Engine) -> bool:
 
 
 def second_engine(db_url: str) -> Engine:
-    """Another engine on the same database (its own pool and event hooks)."""
-    import sqlq_orm
+    """Another engine on the same database (its own pool and event hooks; through
+    PgBouncer, made as the ``engine`` fixture's)."""
+    from tests.support.backends import engine_for
 
-    return sqlq_orm.create_engine(db_url)
+    return engine_for(db_url)
