@@ -217,3 +217,40 @@ def jobs_discard(
         "discard", db, job_id, queue, job_type, status, error_code, yes, batch, max_batches,
         output, models,
     )  # fmt: skip
+
+
+def schedules_pause(db: str | None, name: str, models: str | None = None) -> int:
+    """Pause a recurring schedule: no scheduler fires it until it is resumed."""
+    changed = open_queue(db, models=models).pause_schedule(name)
+    print(
+        printable(f"paused schedule {name}" if changed else f"schedule {name} was already paused")
+    )
+    return 0
+
+
+def schedules_resume(db: str | None, name: str, models: str | None = None) -> int:
+    """Resume a paused schedule from its first slot after now (the paused slots are skipped)."""
+    changed = open_queue(db, models=models).resume_schedule(name)
+    print(printable(f"resumed schedule {name}" if changed else f"schedule {name} was not paused"))
+    return 0
+
+
+def schedules_run(
+    db: str | None, name: str, handlers: str | None = None, models: str | None = None
+) -> int:
+    """Enqueue one job of a schedule now, outside its slots (its payload comes from the
+    code: --handlers names the registry that declares it)."""
+    from sqlq_orm.worker.handlers import load_registry
+
+    if handlers is None:
+        raise CommandError(
+            "sqlq schedules run needs --handlers module:registry: the schedule's payload "
+            "and options are declared in code"
+        )
+    declared = {schedule.name: schedule for schedule in load_registry(handlers).schedules}
+    schedule = declared.get(name)
+    if schedule is None:
+        raise CommandError(f"{handlers} declares no schedule named {name!r}")
+    job = open_queue(db, models=models).run_schedule_now(schedule, actor=CLI_ACTOR)
+    print(job.id)
+    return 0

@@ -41,6 +41,9 @@ from sqlq_orm.cli.controls import (
     queue_list,
     queue_pause,
     queue_resume,
+    schedules_pause,
+    schedules_resume,
+    schedules_run,
 )
 from sqlq_orm.core import validation
 from sqlq_orm.core.timing import MIN_LEASE_SECONDS
@@ -314,6 +317,21 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument("--remove", metavar="NAME", help="delete a schedule no code declares any more")
     add_output(p)
+    schedule_actions = p.add_subparsers(title="actions (default: list)", metavar="ACTION")
+    for action, control in (
+        ("run", schedules_run), ("pause", schedules_pause), ("resume", schedules_resume),
+    ):  # fmt: skip
+        summary, description = command_help(control)
+        sub = schedule_actions.add_parser(
+            action, help=summary, description=description, parents=[common]
+        )
+        sub.set_defaults(command=control)
+        sub.add_argument("name", metavar="NAME", help="the schedule's name")
+        if action == "run":
+            sub.add_argument(
+                "--handlers", metavar="MODULE:REGISTRY", required=True,
+                help="the HandlerRegistry that declares the schedule (its payload)",
+            )  # fmt: skip
 
     p = commands.add_parser(
         "queue", help="pause, resume or list queues", parents=[common],
@@ -337,10 +355,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Cancel, retry or discard one job (JOB_ID) or every job a filter "
         "matches. With a filter it is a dry run (it counts) unless --yes is given.",
     )  # fmt: skip
-    actions = p.add_subparsers(title="actions", metavar="ACTION", required=True)
+    job_actions = p.add_subparsers(title="actions", metavar="ACTION", required=True)
     for action, bulk in (("cancel", jobs_cancel), ("retry", jobs_retry), ("discard", jobs_discard)):
         summary, description = command_help(bulk)
-        sub = actions.add_parser(action, help=summary, description=description, parents=[common])
+        sub = job_actions.add_parser(
+            action, help=summary, description=description, parents=[common]
+        )
         sub.set_defaults(command=bulk)
         sub.add_argument("job_id", type=job_id, nargs="?", metavar="JOB_ID", help="one job")
         sub.add_argument("--queue", help="only jobs of this queue")

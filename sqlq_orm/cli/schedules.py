@@ -40,7 +40,9 @@ def schedule_lines(
     by_name = {row.name: row for row in rows}
     lines: dict[str, ScheduleLine] = {}
     for row in rows:
-        note = "" if declared is None else "not declared by these handlers"
+        note = "" if declared is None else "orphaned: no longer declared in code (--remove it)"
+        if row.paused_at is not None:
+            note = "paused" + (f"; {note}" if note else "")
         lines[row.name] = ScheduleLine(
             row.name, row.cron, row.timezone, row.type, row.queue,
             row.last_slot_at, row.next_slot_at, note,
@@ -58,7 +60,10 @@ def schedule_lines(
                 "not registered yet" if stored is None else "changed in code; a worker applies it",
             )  # fmt: skip
         else:
-            lines[schedule.name] = ScheduleLine(**{**lines[schedule.name].__dict__, "note": ""})
+            paused = stored is not None and stored.paused_at is not None
+            lines[schedule.name] = ScheduleLine(
+                **{**lines[schedule.name].__dict__, "note": "paused" if paused else ""}
+            )
     return [lines[name] for name in sorted(lines)]
 
 

@@ -54,7 +54,7 @@ PROBES: dict[str, Callable[[Connection], bool]] = {
     "sqlq_0004": _column("sqlq_jobs", "concurrency_key"),
     "sqlq_0005": _job_ids_kept,
     "sqlq_0007": _column("sqlq_jobs", "result"),
-    "sqlq_0009": _table("sqlq_queues"),
+    "sqlq_0009": _column("sqlq_schedules", "paused_at"),
 }
 """sqlq revision -> whether the schema has what it made (sqlq's default table names)."""
 

@@ -20,14 +20,14 @@ from sqlq_orm.queue.lease_batches import BatchedLeaseCalls
 from sqlq_orm.queue.leases import LeaseCalls
 from sqlq_orm.queue.registry import WorkerRegistry
 from sqlq_orm.queue.results import Results
-from sqlq_orm.queue.schedules import Schedules
+from sqlq_orm.queue.schedule_controls import ScheduleControls
 from sqlq_orm.queue.snoozing import Snoozing
 from sqlq_orm.queue.sweeper import Sweeping
 from sqlq_orm.queue.wakeups import JobArrivals
 
 
 class Queue(
-    Schedules,  # before Enqueueing, which it extends
+    ScheduleControls,  # (and Schedules) before Enqueueing, which they extend
     Enqueueing,
     Claiming,
     Snoozing,  # before LeaseCalls, which it extends
@@ -55,7 +55,7 @@ class Queue(
     :mod:`~sqlq_orm.queue.registry`, :mod:`~sqlq_orm.queue.wakeups`,
     :mod:`~sqlq_orm.queue.results`,
     :mod:`~sqlq_orm.queue.controls` and
-    :mod:`~sqlq_orm.queue.schedules`; stats and
+    :mod:`~sqlq_orm.queue.schedules` (:mod:`~sqlq_orm.queue.schedule_controls`); stats and
     pruning come from :mod:`sqlq_orm.ops`.
     """
 

@@ -129,6 +129,8 @@ class ScheduleState:
     next_slot_at: int
     """The next slot (epoch seconds): the schedule enqueues once the clock reaches it."""
     updated_at: int
+    paused_at: int | None = None
+    """When an operator paused it (:meth:`Queue.pause_schedule`); None while it runs."""
 
 
 @dataclass(frozen=True)

@@ -418,6 +418,8 @@ class ScheduleMixin:
     next_slot_at: Mapped[int] = mapped_column(BigInteger)
     created_at: Mapped[int] = mapped_column(BigInteger)
     updated_at: Mapped[int] = mapped_column(BigInteger)
+    # When an operator paused it (NULL: it runs); no tick fires a paused schedule.
+    paused_at: Mapped[int | None] = mapped_column(BigInteger)
 
     @declared_attr.directive
     def __table_args__(cls) -> tuple[Any, ...]:

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+import sqlq_orm
 from tests.acceptance.test_cli import migrated_url, one_error_line, queue_on, sqlq  # noqa: F401
 
 pytestmark = pytest.mark.slow
@@ -79,3 +80,29 @@ def test_jobs_without_a_target_or_with_a_status_the_action_skips_is_one_error_li
     assert "not SUCCEEDED" in one_error_line(
         sqlq("--db", migrated_url, "jobs", "cancel", "--status", "succeeded")
     )
+
+
+def test_schedules_pause_resume_run_and_an_orphan_is_reported(migrated_url):  # noqa: F811
+    from tests.acceptance.test_cli import SCHEDULED
+
+    assert sqlq("--db", migrated_url, "worker", "--burst", "--handlers", SCHEDULED).returncode == 0
+    queue = queue_on(migrated_url)
+    queue.register_schedules([sqlq_orm.Schedule.declare("0 * * * *", "gone", name="old")])
+
+    paused = sqlq("--db", migrated_url, "schedules", "pause", "nightly_echo")
+    listed = sqlq("--db", migrated_url, "schedules", "--handlers", SCHEDULED)
+    ran = sqlq("--db", migrated_url, "schedules", "run", "nightly_echo", "--handlers", SCHEDULED)
+    resumed = sqlq("--db", migrated_url, "schedules", "resume", "nightly_echo")
+
+    assert paused.stdout.strip() == "paused schedule nightly_echo", paused.stderr
+    assert [s.paused_at is None for s in queue.list_schedules()] == [True, True]
+    line = {row.split()[0]: row for row in listed.stdout.splitlines()[1:]}
+    assert line["nightly_echo"].endswith("paused")
+    assert "orphaned: no longer declared in code" in line["old"]
+    job = queue.get_job(int(ran.stdout.strip()))
+    assert (job.type, job.status) == ("echo", "QUEUED")
+    assert resumed.stdout.strip() == "resumed schedule nightly_echo"
+    assert "needs --handlers" not in one_error_line(
+        sqlq("--db", migrated_url, "schedules", "run", "nope", "--handlers", SCHEDULED)
+    )
+    queue.engine.dispose()

@@ -66,7 +66,7 @@ class ScheduleStatements(StatementGroup):
                 s.next_slot_at,
                 now.label("now"),
             )
-            .where(s.next_slot_at <= now)
+            .where(s.next_slot_at <= now, s.paused_at.is_(None))
             .order_by(s.name)
         )
         # -- claim a schedule's slots: compare-and-set on next_slot_at -----------------
@@ -83,6 +83,8 @@ class ScheduleStatements(StatementGroup):
                 s.name == bindparam("p_name"),
                 s.next_slot_at == bindparam("p_seen_next_slot_at"),
                 or_(s.last_slot_at.is_(None), s.last_slot_at < first_slot),
+                # A pause committed after the tick read the row still holds.
+                s.paused_at.is_(None),
             )
             .values(
                 last_slot_at=func.coalesce(last_slot, s.last_slot_at),
@@ -100,5 +102,22 @@ class ScheduleStatements(StatementGroup):
             s.last_slot_at,
             s.next_slot_at,
             s.updated_at,
+            s.paused_at,
         ).order_by(s.name)
+        # -- operator controls ----------------------------------------------------------
+        self.pause_schedule = (
+            update(schedules)
+            .where(s.name == bindparam("p_name"), s.paused_at.is_(None))
+            .values(paused_at=now, updated_at=now)
+        )
+        # Resuming starts from the first slot after now: the slots of the pause are
+        # skipped, not caught up (the caller computes it from the row's cron).
+        self.select_schedule_timing = select(s.cron, s.timezone, s.paused_at).where(
+            s.name == bindparam("p_name")
+        )
+        self.resume_schedule = (
+            update(schedules)
+            .where(s.name == bindparam("p_name"), s.paused_at.is_not(None))
+            .values(paused_at=None, next_slot_at=bindparam("p_next_slot_at"), updated_at=now)
+        )
         self.delete_schedule = delete(schedules).where(s.name == bindparam("p_name"))

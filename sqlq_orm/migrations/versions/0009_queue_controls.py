@@ -1,11 +1,12 @@
-"""Operator controls: the sqlq_queues table (paused queues).
+"""Operator controls: the sqlq_queues table (paused queues), paused schedules.
 
 Revision ID: sqlq_0009
 Revises: sqlq_0007
 Create Date: 2026-11-24
 
-A new table only, written out through Alembic's portable operations like sqlq_0002;
-existing jobs are untouched, and a queue without a row runs as before.
+A new table, written out through Alembic's portable operations like sqlq_0002, and
+a nullable ``paused_at`` on ``sqlq_schedules`` (that small table is copied in batch
+mode, on SQLite too); existing jobs are untouched, and a queue without a row runs as before.
 """
 
 from __future__ import annotations
@@ -35,7 +36,13 @@ def upgrade() -> None:
         mysql_charset="utf8mb4",
         mysql_collate="utf8mb4_bin",
     )
+    # On SQLite a plain ADD COLUMN would leave the table's DDL unlike the models'
+    # (SQLite appends the column to the stored CREATE text): rebuild the small table.
+    with op.batch_alter_table("sqlq_schedules", recreate="always") as batch:
+        batch.add_column(sa.Column("paused_at", sa.BigInteger(), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("sqlq_schedules") as batch:
+        batch.drop_column("paused_at")
     op.drop_table("sqlq_queues")

@@ -242,3 +242,6 @@ class AsyncQueue:
     cancel_jobs = awaited(Queue.cancel_jobs)
     retry_jobs = awaited(Queue.retry_jobs)
     discard_jobs = awaited(Queue.discard_jobs)
+    pause_schedule = awaited(Queue.pause_schedule)
+    resume_schedule = awaited(Queue.resume_schedule)
+    run_schedule_now = awaited(Queue.run_schedule_now)
