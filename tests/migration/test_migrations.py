@@ -282,7 +282,7 @@ def test_upgrade_to_results_with_jobs_in_place_keeps_them_and_stores_results(db_
     migrate.upgrade(db_url, "sqlq_0005")
     seed_0001_history(db_url)  # jobs 1 and 2 SUCCEEDED, job 3 QUEUED
 
-    migrate.upgrade(db_url, "sqlq_0007")
+    migrate.upgrade(db_url)  # through sqlq_0007 and whatever follows it
 
     assert "sqlq_0007" in sqlq_orm.migrations.ordered_revisions()
     assert migrate.check(db_url) == []
@@ -293,9 +293,19 @@ def test_upgrade_to_results_with_jobs_in_place_keeps_them_and_stores_results(db_
     (lease,) = queue.claim("worker-1", start=True)
     queue.succeed(lease, result={"rows": 3})
     assert queue.result(3) == {"rows": 3}
+    snoozing = queue.enqueue("t", {})
+    (lease,) = queue.claim("worker-1", start=True)
+    queue.snooze(lease, 60)  # a SNOOZED attempt and event, which sqlq_0007 allows
     engine.dispose()
     migrate.downgrade(db_url, "sqlq_0005")
-    assert count(db_url, Job) == 3
+    assert count(db_url, Job) == 4
+    plain = sqlalchemy.create_engine(db_url)
+    with plain.connect() as connection:
+        statuses = connection.execute(
+            select(JobAttempt.status).where(JobAttempt.job_id == snoozing.id)
+        ).scalars()
+        assert list(statuses) == ["RELEASED"]  # as it was recorded before sqlq_0007
+    plain.dispose()
     migrate.upgrade(db_url)
     assert migrate.check(db_url) == []
 
