@@ -13,6 +13,7 @@ pooling mode (``tests/support/pgbouncer.py``; ``SQLQ_REQUIRE_PGBOUNCER``).
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Iterator
 
@@ -240,3 +241,15 @@ def session(engine: Engine) -> Iterator[sqlalchemy.orm.Session]:
         factories.bind(session)
         yield session
         factories.bind(None)
+
+
+@pytest.fixture(autouse=True)
+def _recursion_limit_kept() -> Iterator[None]:
+    """Give every test the interpreter's recursion limit as it found it.
+
+    mypy's API (the typing tests run it in-process) raises the limit for good, and the
+    tests of deeply nested payloads rely on the default one to be refused.
+    """
+    limit = sys.getrecursionlimit()
+    yield
+    sys.setrecursionlimit(limit)
