@@ -16,6 +16,7 @@ from sqlq_orm import (
     JobEventMixin,
     JobMixin,
     Models,
+    QueueControlMixin,
     ScheduleMixin,
     WorkerMixin,
 )
@@ -68,6 +69,10 @@ class JobDependency(JobDependencyMixin, Base):
     pass
 
 
+class QueueControl(QueueControlMixin, Base):
+    pass
+
+
 MODELS = Models(
     job=Job,
     attempt=JobAttempt,
@@ -75,5 +80,6 @@ MODELS = Models(
     worker=Worker,
     schedule=Schedule,
     dependency=JobDependency,
+    queue_control=QueueControl,
 )
 """What ``sqlq_orm.Queue(engine, models=MODELS)`` needs to use these tables."""

@@ -334,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
             )  # fmt: skip
 
     p = commands.add_parser(
-        "queue", help="pause, resume or list queues", parents=[common],
+        "queue", help="Pause, resume or list queues.", parents=[common],
         description="Pause, resume or list queues. A pause is stored in the database: "
         "every worker skips the queue until it is resumed.",
     )  # fmt: skip
@@ -350,7 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_output(sub)
 
     p = commands.add_parser(
-        "jobs", help="cancel, retry or discard one job or every job a filter matches",
+        "jobs", help="Cancel, retry or discard one job, or every job a filter matches.",
         parents=[common],
         description="Cancel, retry or discard one job (JOB_ID) or every job a filter "
         "matches. With a filter it is a dry run (it counts) unless --yes is given.",

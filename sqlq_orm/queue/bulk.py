@@ -204,7 +204,9 @@ class BulkActions(Administration):
             not_started = [row.id for row in rows if row.status in _NOT_STARTED]
             woken: set[str] = set()
             if not_started:
-                woken = self._parents_ended(connection, not_started, JobStatus.CANCELLED, cancelled)
+                woken = self._settle_children_of(
+                    connection, not_started, cancelled, discarding=set(not_started)
+                )
             deleted = 0
             if doomed:
                 deleted = connection.execute(self.sql.discard_jobs, {"p_ids": doomed}).rowcount

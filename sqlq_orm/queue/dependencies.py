@@ -300,15 +300,17 @@ class Dependencies(QueueCore):
         connection: Connection,
         jobs: Iterable[int],
         cancelled_children: list[int] | None = None,
+        discarding: Collection[int] = (),
     ) -> set[str]:
         """Bring every WAITING child of ``jobs`` in line with its parents as they are
-        now (and theirs, transitively, for the children this cancels)."""
+        now (and theirs, transitively, for the children this cancels). Parents in
+        ``discarding`` (about to be deleted unfinished) count as CANCELLED."""
         if not self.sql.has_dependencies:
             return set()
         woken: set[str] = set()
         frontier = sorted(set(jobs))
         while frontier:
-            frontier = self._settle_children(connection, frontier, woken)
+            frontier = self._settle_children(connection, frontier, woken, discarding)
             if cancelled_children is not None:
                 cancelled_children.extend(frontier)
         if woken:
@@ -316,7 +318,11 @@ class Dependencies(QueueCore):
         return woken
 
     def _settle_children(
-        self, connection: Connection, parents: list[int], woken: set[str]
+        self,
+        connection: Connection,
+        parents: list[int],
+        woken: set[str],
+        discarding: Collection[int] = (),
     ) -> list[int]:
         """One level of :meth:`_settle_children_of`; returns the children it cancelled.
 
@@ -335,6 +341,16 @@ class Dependencies(QueueCore):
         if not locked:
             return []
         edges = self._parent_edges(connection, sorted(locked))
+        if discarding:
+            # Still in their rows until the delete: what they mean for a child is a
+            # cancellation (the edges go with them, so it is now or never).
+            edges = {
+                child: [
+                    (p, policy, JobStatus.CANCELLED.value if p in discarding else status)
+                    for p, policy, status in found
+                ]
+                for child, found in edges.items()
+            }
         cancel: dict[tuple[int, str], list[int]] = {}
         release: list[int] = []
         recount: dict[int, list[int]] = {}
