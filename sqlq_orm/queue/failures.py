@@ -109,7 +109,7 @@ class FailureRecording(Dependencies):
             self._flush(connection, deferred)
             deferred.attempts.clear()
             deferred.events.clear()
-            self._parents_ended(connection, failed, JobStatus.FAILED)
+            self._parents_ended(connection, failed)
         return outcomes
 
     def _end_runs(

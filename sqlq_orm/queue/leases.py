@@ -85,7 +85,7 @@ class LeaseCalls(FailureRecording):
             )
             woken: set[str] = set()
             if any(tuple(rows[0])[1:]):  # has_dependents, where the models have dependencies
-                woken = self._parents_ended(connection, [lease.job_id], JobStatus.SUCCEEDED)
+                woken = self._parents_ended(connection, [lease.job_id])
         if woken:
             self._wake_workers(None, woken)
 
@@ -132,7 +132,7 @@ class LeaseCalls(FailureRecording):
             # The statement said which jobs have children: a batch without any is done.
             parents = [row[0] for row in rows if self.sql.has_dependencies and row[3]]
             if parents:
-                woken = self._parents_ended(connection, parents, JobStatus.SUCCEEDED)
+                woken = self._parents_ended(connection, parents)
         if woken:
             self._wake_workers(None, woken)
         return [lease for lease in by_id.values() if lease.job_id not in done]
