@@ -142,22 +142,22 @@ class Claiming(QueueCore):
                 continue
             limit, period = int(locked.rate_limit), int(locked.rate_period)
             window = {"p_queue": name, "p_period": period}
-            starts: dict[str, int] = dict(
-                connection.execute(self.sql.rate_starts_by_key, window).tuples().all()
-            )
+            starts = {
+                str(key): int(count)
+                for key, count in connection.execute(self.sql.rate_starts_by_key, window)
+            }
             full = [key for key, count in starts.items() if count >= limit]
             want = room - len(rows)
-            candidates = (
-                connection.execute(
+            candidates = [
+                (int(job_id), str(key))
+                for job_id, key in connection.execute(
                     self.sql.rate_candidates,
                     # Read past the picks' keys a little, so a full batch can come from
                     # several keys (a key with room left is picked in claim order).
                     {**window, "p_full": full, "p_scan": min(want * 10, 1000)},
                 )
-                .tuples()
-                .all()
-            )
-            picked = pick_within_rate(list(candidates), starts, limit, want)
+            ]
+            picked = pick_within_rate(candidates, starts, limit, want)
             if not picked:
                 continue
             tokens = [secrets.token_urlsafe(24) for _ in picked]
