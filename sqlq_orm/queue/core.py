@@ -216,6 +216,11 @@ class QueueCore:
                 self.sql.notify_jobs, {"p_channel": self.sql.wake_channel, "p_queue": name}
             )
 
+    def _finished(self, job_ids: Iterable[int]) -> None:
+        """Wake this process's ``wait`` callers on ``job_ids``: their runs just ended
+        (the transaction has committed)."""
+        self.context.wakeups.notify_finished(job_ids)
+
     def _wake_workers(self, session: SessionArg, queues: Iterable[str]) -> None:
         """Wake this process's idle workers on ``queues``: now (our own transaction has
         committed) or when the caller's ``session`` commits."""

@@ -171,6 +171,7 @@ class BatchedLeaseCalls(FailureRecording):
         with self._write() as connection:
             outcomes = self._end_attempts_with_failure(connection, runs, writes)
             self._flush(connection, writes)
+        self._finished(run.job_id for run in runs)
         return {run.job_id: outcome for run, outcome in zip(runs, outcomes, strict=True)}
 
     @retry_if_rolled_back

@@ -86,6 +86,7 @@ class LeaseCalls(FailureRecording):
             woken: set[str] = set()
             if any(tuple(rows[0])[1:]):  # has_dependents, where the models have dependencies
                 woken = self._parents_ended(connection, [lease.job_id])
+        self._finished([lease.job_id])
         if woken:
             self._wake_workers(None, woken)
 
@@ -133,6 +134,7 @@ class LeaseCalls(FailureRecording):
             parents = [row[0] for row in rows if self.sql.has_dependencies and row[3]]
             if parents:
                 woken = self._parents_ended(connection, parents)
+        self._finished(done)
         if woken:
             self._wake_workers(None, woken)
         return [lease for lease in by_id.values() if lease.job_id not in done]
@@ -178,6 +180,7 @@ class LeaseCalls(FailureRecording):
             )
             if status is None:
                 raise LeaseLost(lease.job_id)
+        self._finished([lease.job_id])
         return status
 
     @retry_if_rolled_back

@@ -62,11 +62,13 @@ class TaskDecorator:
         name: str | None,
         options: TaskOptions,
         failures: FailurePolicy | None = None,
+        lease: int | None = None,
     ) -> None:
         self.registry = registry
         self.name = name
         self.options = options
         self.failures = failures
+        self.lease = lease
 
     @overload
     def __call__(
@@ -84,7 +86,11 @@ class TaskDecorator:
     def __call__(self, function: Callable[P, R]) -> Task[P, R]: ...
     def __call__(self, function: Callable[..., Any]) -> Task[Any, Any]:
         return self.registry.add_task(
-            function, name=self.name, options=self.options, failures=self.failures
+            function,
+            name=self.name,
+            options=self.options,
+            failures=self.failures,
+            lease=self.lease,
         )
 
 
@@ -180,6 +186,7 @@ class TaskRegistry(HandlerRegistry):
         retry_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
         no_retry_on: type[BaseException] | tuple[type[BaseException], ...] = (),
         backoff: Backoff | float | Callable[[int], float] | None = None,
+        lease: int | None = None,
     ) -> TaskDecorator:
         """Decorator: make the function a task, with these options as its defaults.
 
@@ -200,6 +207,13 @@ class TaskRegistry(HandlerRegistry):
         of seconds (fixed), or a function ``(retry_number) -> seconds`` (1 for the
         first retry). It is checked here: a wrong one raises
         :class:`~sqlq_orm.InvalidInput` naming the task.
+
+        ``lease`` (whole seconds, at least 2) is how long this task's jobs stay held
+        without a heartbeat, instead of the worker's ``lease_seconds``: longer for a
+        task whose heartbeats may come late, shorter to get its jobs back sooner after
+        a worker dies. The worker renews these leases for that long, heartbeats within
+        a third of the shortest, and self-fences after it; the claim itself still takes
+        the worker's lease until the first heartbeat.
         """
         options = TaskOptions(
             queue=queue,
@@ -219,7 +233,13 @@ class TaskRegistry(HandlerRegistry):
             if backoff is None
             else backoff_of(backoff, f"task {name!r}" if name else "registry.task(backoff=...)"),
         )
-        return TaskDecorator(self, name, options, failures)
+        if lease is not None:
+            try:
+                lease = validation.lease_seconds(lease)
+            except InvalidInput as exc:
+                owner = f"task {name!r}" if name else "registry.task(lease=...)"
+                raise InvalidInput(f"{owner}: lease={lease!r} refused: {exc}") from None
+        return TaskDecorator(self, name, options, failures, lease)
 
     def add_task(
         self,
@@ -228,6 +248,7 @@ class TaskRegistry(HandlerRegistry):
         name: str | None,
         options: TaskOptions,
         failures: FailurePolicy | None = None,
+        lease: int | None = None,
     ) -> Task[Any, Any]:
         """Register ``function`` as a task (what the decorator does); return the task."""
         if not callable(function):
@@ -245,6 +266,8 @@ class TaskRegistry(HandlerRegistry):
         runner_class = AsyncTaskRunner if is_coroutine_handler(function) else TaskRunner
         runner = runner_class(function, signature, failures, self._middlewares)
         self.register(task_name, runner)
+        if lease is not None:
+            self.set_lease_seconds(task_name, lease)
         task: Task[Any, Any] = Task(
             function, name=task_name, registry=self, options=options, signature=signature
         )

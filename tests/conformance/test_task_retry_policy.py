@@ -6,12 +6,14 @@ at once, and ``Queue.fail(retry_in=...)`` is fenced by the lease like every writ
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
 
 import sqlq_orm
 from sqlq_orm import FixedBackoff, InvalidInput, JobError, LinearBackoff, Queue, RetryPolicy
+from sqlq_orm.core.timing import ROUNDING_SECONDS
 from tests.support.queue_helpers import assert_histories_are_legal, event_names, job_row
 
 QUEUE_POLICY = RetryPolicy(base_seconds=10, max_seconds=3600, jitter=0)
@@ -41,17 +43,16 @@ def retry_delays(engine: Any, job_id: int) -> list[int]:
 
 # Whole seconds added to the (truncated) database now: ceil(N) + 1, never early.
 @pytest.mark.parametrize(
-    ("backoff", "first", "second"),
+    ("backoff", "first", "second", "kind"),
     [
-        (FixedBackoff(30), 31, 31),
-        (30, 31, 31),
-        (LinearBackoff(5, step_seconds=10), 6, 16),
-        (RetryPolicy(base_seconds=7, jitter=0), 8, 15),
-        (lambda retry: 100 * retry, 101, 201),
+        (FixedBackoff(30), 31, 31, "def"),
+        (30, 31, 31, "async def"),
+        (LinearBackoff(5, step_seconds=10), 6, 16, "def"),
+        (RetryPolicy(base_seconds=7, jitter=0), 8, 15, "def"),
+        (lambda retry: 100 * retry, 101, 201, "async def"),
     ],
-    ids=["fixed", "number", "linear", "exponential", "function"],
+    ids=["fixed", "number-async", "linear", "exponential", "function-async"],
 )
-@pytest.mark.parametrize("kind", ["def", "async def"])
 def test_a_tasks_backoff_wins_over_the_queues_retry_policy(
     steady_queue, engine, clock, backoff, first, second, kind
 ):
@@ -155,3 +156,60 @@ def test_a_bad_retry_in_is_refused_and_writes_nothing(steady_queue, engine, retr
     assert (job_row(engine, job.id).status, job_row(engine, job.id).retry_count) == (
         "RUNNING", 0,
     )  # fmt: skip
+
+
+# -- per-task lease (item 1: lease=) -------------------------------------------------
+
+
+def lease_expires_at(engine: Any, job_id: int) -> int | None:
+    value = job_row(engine, job_id).lease_expires_at
+    return None if value is None else int(value)
+
+
+@pytest.mark.parametrize("task_lease", [300, 3], ids=["longer", "shorter"])
+def test_a_tasks_lease_is_what_its_heartbeats_renew(steady_queue, engine, clock, task_lease):
+    registry = sqlq_orm.TaskRegistry(steady_queue)
+    seen: dict[str, Any] = {}
+
+    @registry.task(name="long_export", lease=task_lease)
+    def long_export(ctx: sqlq_orm.JobContext) -> None:
+        seen["lease"] = ctx.lease_seconds
+        # Runs until a heartbeat has renewed the lease to the task's length (the
+        # claim took the worker's 30 s), or the worker gives up on it.
+        wanted = clock.now() + task_lease + ROUNDING_SECONDS  # never short: see timing
+        give_up_at = time.monotonic() + 10
+        while lease_expires_at(engine, ctx.job_id) != wanted and time.monotonic() < give_up_at:
+            ctx.sleep(0.05)
+        seen["renewed to"] = lease_expires_at(engine, ctx.job_id) - clock.now()
+
+    worker = sqlq_orm.Worker(
+        steady_queue, registry, burst=True, install_signal_handlers=False,
+        sweep_interval=None, poll_interval=0.05, lease_seconds=30,
+        heartbeat_interval=0.2,
+    )  # fmt: skip
+    job = long_export.enqueue()
+    worker.run()
+
+    assert seen == {"lease": task_lease, "renewed to": task_lease + ROUNDING_SECONDS}
+    assert job_row(engine, job.id).status == "SUCCEEDED"
+
+
+def test_the_worker_heartbeats_within_a_third_of_the_shortest_task_lease(steady_queue):
+    registry = sqlq_orm.TaskRegistry(steady_queue)
+
+    @registry.task(name="quick", lease=6)
+    def quick() -> None: ...
+
+    worker = sqlq_orm.Worker(steady_queue, registry, lease_seconds=30)
+    assert worker.heartbeat_interval == 2
+    assert (
+        sqlq_orm.Worker(steady_queue, sqlq_orm.TaskRegistry(), lease_seconds=30).heartbeat_interval
+        == 10
+    )
+
+
+@pytest.mark.parametrize("lease", [1, 2.5, "60"])
+def test_a_bad_task_lease_is_refused_when_the_task_is_defined(lease):
+    registry = sqlq_orm.TaskRegistry()
+    with pytest.raises(InvalidInput, match=r"task 'export': lease="):
+        registry.task(name="export", lease=lease)
