@@ -42,9 +42,7 @@ def most_in_a_window(times: list[float], width: float) -> int:
     return most
 
 
-def test_worker_processes_never_start_more_of_a_key_than_its_rate(
-    live_queue, processes, tmp_path
-):
+def test_worker_processes_never_start_more_of_a_key_than_its_rate(live_queue, processes, tmp_path):
     log = tmp_path / "spans.log"
     live_queue.set_rate_limit("default", LIMIT, PERIOD)
     live_queue.enqueue_many(
@@ -70,9 +68,7 @@ def test_worker_processes_never_start_more_of_a_key_than_its_rate(
         recorded = connection.execute(select(j.rate_key, j.rate_started_at)).all()
     for key in KEYS:
         per_second = Counter(second for k, second in recorded if k == key)
-        windows = [
-            sum(per_second[s] for s in range(first, first + PERIOD)) for first in per_second
-        ]
+        windows = [sum(per_second[s] for s in range(first, first + PERIOD)) for first in per_second]
         assert max(windows) <= LIMIT, (key, sorted(per_second.items()))
     handler_starts: dict[str, list[float]] = {key: [] for key in KEYS}
     for line in Path(log).read_text().splitlines():
