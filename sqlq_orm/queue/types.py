@@ -64,6 +64,7 @@ class JobSpec:
     concurrency_key: str | None = None
     concurrency_limit: int | None = None
     rate_key: str | None = None
+    dedupe_period: int | None = None
     columns: Mapping[str, Any] = field(default_factory=dict)
     """Values for columns the host app added to its job model."""
     depends_on: Sequence[int] = ()

@@ -87,7 +87,7 @@ JOB_MIXIN_COLUMNS = frozenset(
         "lease_token", "attempt_count", "retry_count", "max_retries",
         "max_runtime_seconds", "error_code", "error_detail", "pending_parents",
         "has_dependents", "concurrency_key", "concurrency_limit", "result",
-        "rate_key", "rate_started_at", "dedupe_until",
+        "rate_key", "rate_started_at", "dedupe_period",
     }
 )  # fmt: skip
 """The columns :class:`JobMixin` defines; any other column of a job table is the app's."""
@@ -165,9 +165,9 @@ class JobMixin:
     # is when the claim last started the job under that limit (NULL elsewhere).
     rate_key: Mapped[str | None] = mapped_column(String(RATE_KEY_MAX))
     rate_started_at: Mapped[int | None] = mapped_column(BigInteger)
-    # With dedupe_period: the dedupe_key also holds until this time once the job
-    # has finished (epoch seconds; NULL: only while the job is unfinished).
-    dedupe_until: Mapped[int | None] = mapped_column(BigInteger)
+    # The dedupe_key also holds for this many seconds after the job SUCCEEDED or
+    # FAILED (from finished_at); NULL: only while the job is unfinished.
+    dedupe_period: Mapped[int | None] = mapped_column(Integer)
 
     @declared_attr
     def attempts(cls) -> Mapped[list[Any]]:
@@ -274,13 +274,13 @@ class JobMixin:
                 sqlite_where=text("rate_started_at IS NOT NULL"),
                 postgresql_where=text("rate_started_at IS NOT NULL"),
             ),
-            # dedupe_period: a finished job's key held until dedupe_until
+            # dedupe_period: a finished job's key held for a while after it ended
             Index(
-                conv(f"ix_{t}_dedupe_until"),
+                conv(f"ix_{t}_dedupe_period"),
                 "dedupe_key",
-                "dedupe_until",
-                sqlite_where=text("dedupe_until IS NOT NULL"),
-                postgresql_where=text("dedupe_until IS NOT NULL"),
+                "finished_at",
+                sqlite_where=text("dedupe_period IS NOT NULL"),
+                postgresql_where=text("dedupe_period IS NOT NULL"),
             ),
             # idempotent enqueue: one unfinished job per dedupe key
             Index(

@@ -171,6 +171,23 @@ def test_a_dedupe_key_from_the_arguments_names_one_job(tasks):
     assert other.created and other.id != first.id
 
 
+def test_rate_key_and_dedupe_period_come_from_the_decorator_and_the_arguments(tasks):
+    @tasks.registry.task(rate_key=lambda tenant, user: f"tenant:{tenant}", dedupe_period=3600)
+    def digest(tenant: int, user: int) -> None:
+        pass
+
+    one = tasks.enqueue(digest, 1, user=7)
+    many = tasks.enqueue_many(digest.options(dedupe_key="digest:8"), [{"tenant": 2, "user": 8}])
+    plain = tasks.enqueue(digest.options(rate_key="shared", dedupe_period=None), 3, 9)
+
+    rows = [tasks.queue.get_job(job.id) for job in (one, *many, plain)]
+    assert [(row.rate_key, row.dedupe_period) for row in rows] == [
+        ("tenant:1", None),  # a period without a dedupe key is not stored
+        ("tenant:2", 3600),
+        ("shared", None),
+    ]
+
+
 def test_enqueue_many_binds_every_call_before_writing_any(tasks):
     ran: list[str] = []
 

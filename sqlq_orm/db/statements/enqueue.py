@@ -40,6 +40,19 @@ class EnqueueStatements(StatementGroup):
         self.find_active_by_dedupe_key = select(j.id, j.type, j.queue).where(
             j.dedupe_key == bindparam("p_dedupe_key"), status_in(j.status, ACTIVE_VALUES)
         )
+        # A finished job still holding its key (dedupe_period): SUCCEEDED or FAILED
+        # less than dedupe_period seconds ago; the latest one if several.
+        self.find_held_by_dedupe_key = (
+            select(j.id, j.type, j.queue)
+            .where(
+                j.dedupe_key == bindparam("p_dedupe_key"),
+                j.dedupe_period.is_not(None),
+                status_in(j.status, [JobStatus.SUCCEEDED.value, JobStatus.FAILED.value]),
+                j.finished_at > now - j.dedupe_period,
+            )
+            .order_by(j.finished_at.desc(), j.id.desc())
+            .limit(1)
+        )
         self.default_max_retries = j.max_retries.default.arg  # type: ignore[union-attr]
         job_values = {
             "queue": bindparam("p_queue"),
@@ -60,6 +73,7 @@ class EnqueueStatements(StatementGroup):
             "concurrency_key": bindparam("p_concurrency_key"),
             "concurrency_limit": bindparam("p_concurrency_limit"),
             "rate_key": bindparam("p_rate_key"),
+            "dedupe_period": bindparam("p_dedupe_period"),
         }
         self.insert_job = insert(jobs).values(job_values).returning(j.id)
         if dialect.is_duplicate_key is None:

@@ -8,8 +8,8 @@ Two nullable columns on ``sqlq_queues`` (``rate_limit`` starts per ``rate_period
 seconds, with the CHECK that pairs them; that small table is copied in batch mode,
 as sqlq_0009 did), and three nullable columns on the job table: ``rate_key``,
 ``rate_started_at`` (the claim's sliding-window count reads it through the new index
-``ix_sqlq_jobs_rate_window``) and ``dedupe_until`` (a finished job's dedupe key held
-for ``dedupe_period``, read through ``ix_sqlq_jobs_dedupe_until``). The job columns are
+``ix_sqlq_jobs_rate_window``) and ``dedupe_period`` (how long a finished job's dedupe
+key still holds, read through ``ix_sqlq_jobs_dedupe_period``). The job columns are
 plain ``ADD COLUMN``s on every database, as in sqlq_0007: the jobs stay in place,
 existing jobs get none of them (no key, no limit, no period).
 """
@@ -28,7 +28,7 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 _STARTED = "rate_started_at IS NOT NULL"
-_HELD_FOR_PERIOD = "dedupe_until IS NOT NULL"
+_HELD_FOR_PERIOD = "dedupe_period IS NOT NULL"
 
 
 def upgrade() -> None:
@@ -42,7 +42,7 @@ def upgrade() -> None:
         )
     op.add_column("sqlq_jobs", sa.Column("rate_key", sa.String(255), nullable=True))
     op.add_column("sqlq_jobs", sa.Column("rate_started_at", sa.BigInteger(), nullable=True))
-    op.add_column("sqlq_jobs", sa.Column("dedupe_until", sa.BigInteger(), nullable=True))
+    op.add_column("sqlq_jobs", sa.Column("dedupe_period", sa.Integer(), nullable=True))
     op.create_index(
         op.f("ix_sqlq_jobs_rate_window"),
         "sqlq_jobs",
@@ -51,19 +51,19 @@ def upgrade() -> None:
         postgresql_where=sa.text(_STARTED),
     )
     op.create_index(
-        op.f("ix_sqlq_jobs_dedupe_until"),
+        op.f("ix_sqlq_jobs_dedupe_period"),
         "sqlq_jobs",
-        ["dedupe_key", "dedupe_until"],
+        ["dedupe_key", "finished_at"],
         sqlite_where=sa.text(_HELD_FOR_PERIOD),
         postgresql_where=sa.text(_HELD_FOR_PERIOD),
     )
 
 
 def downgrade() -> None:
-    op.drop_index(op.f("ix_sqlq_jobs_dedupe_until"), table_name="sqlq_jobs")
+    op.drop_index(op.f("ix_sqlq_jobs_dedupe_period"), table_name="sqlq_jobs")
     op.drop_index(op.f("ix_sqlq_jobs_rate_window"), table_name="sqlq_jobs")
     with op.batch_alter_table("sqlq_jobs") as batch:
-        batch.drop_column("dedupe_until")
+        batch.drop_column("dedupe_period")
         batch.drop_column("rate_started_at")
         batch.drop_column("rate_key")
     with op.batch_alter_table("sqlq_queues") as batch:
