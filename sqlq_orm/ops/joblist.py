@@ -196,16 +196,19 @@ def list_jobs(
     *,
     before: int | None = None,
     limit: int = DEFAULT_PAGE_SIZE,
+    scan_chunks: int | None = None,
 ) -> JobPage:
     """The newest jobs with an id below ``before`` (all ids when None) that match.
 
     ``queue`` is a :class:`~sqlq_orm.Queue` or its context. At most ``limit`` jobs
-    (1 to :data:`MAX_PAGE_SIZE`); see the module for how the scan is bounded. Bad
-    arguments raise :class:`~sqlq_orm.errors.InvalidInput`.
+    (1 to :data:`MAX_PAGE_SIZE`); see the module for how the scan is bounded
+    (``scan_chunks`` ranges of :data:`SCAN_CHUNK` ids at most; default
+    :data:`MAX_SCAN_CHUNKS`). Bad arguments raise :class:`~sqlq_orm.errors.InvalidInput`.
     """
     job_filter = job_filter or JobFilter()
     limit = validation.require_int("limit", limit, minimum=1, maximum=MAX_PAGE_SIZE)
     before = validation.optional_int("before", before, minimum=1)
+    chunks = validation.optional_int("scan_chunks", scan_chunks, minimum=1)
     context = context_of(queue)
     q = JobListQueries(context.tables)
     where = job_filter.conditions(context.tables)
@@ -214,7 +217,7 @@ def list_jobs(
         if lowest is None:
             return JobPage(jobs=[], next_before=None)
         high = int(highest) if before is None else min(int(highest), before - 1)
-        return _scan(connection, q, where, int(lowest), high, limit)
+        return _scan(connection, q, where, int(lowest), high, limit, chunks or MAX_SCAN_CHUNKS)
 
 
 def _scan(
@@ -224,10 +227,11 @@ def _scan(
     lowest: int,
     high: int,
     limit: int,
+    chunks: int,
 ) -> JobPage:
     jobs: list[JobSummary] = []
     low = high + 1
-    for _ in range(MAX_SCAN_CHUNKS):
+    for _ in range(chunks):
         if high < lowest:
             break
         low = max(lowest, high - SCAN_CHUNK + 1)
