@@ -12,8 +12,8 @@ The schema is built by ``sqlq_orm.migrate.upgrade``; the soak then sets the per-
 autovacuum settings docs/POSTGRESQL.md recommends (:data:`RECOMMENDED`, what sqlq_0010
 sets on PostgreSQL), or with ``--server-defaults`` resets them, to compare.
 
-    nice -n 10 .venv/bin/python -m bench.vacuum_soak --pg postgresql+psycopg://postgres@127.0.0.1:5432/test \
-        --rate 50 --minutes 30
+    nice -n 10 .venv/bin/python -m bench.vacuum_soak \
+        --pg postgresql+psycopg://postgres@127.0.0.1:5432/test --rate 50 --minutes 30
 
 Low rates on purpose: the point is the shape of the curve over time, not throughput.
 
@@ -229,7 +229,8 @@ def soak(
             print(
                 f"{sample['minute']:6.1f} {sample['jobs_kb']:8d} {sample['jobs_idx_kb']:12d} "
                 f"{sample['events_kb']:10d} {sample['attempts_kb']:12d} {sample['live']:5d} "
-                f"{sample['dead']:5d} {sample['autovacuums']:12d} {sample['succeeded']:10d} {sample['pruned']:7d} {sample['vacuums']:8d}",
+                f"{sample['dead']:5d} {sample['autovacuums']:12d} {sample['succeeded']:10d} "
+                f"{sample['pruned']:7d} {sample['vacuums']:8d}",
                 flush=True,
             )
             if elapsed >= minutes * 60:

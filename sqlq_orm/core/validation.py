@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from datetime import datetime
 from typing import Any
@@ -187,6 +188,22 @@ def encode_json(argument: str, value: object, max_bytes: int, too_big: str) -> s
     if size > max_bytes:
         raise InvalidInput(
             f"{argument} is {size} bytes of JSON; the limit is {max_bytes}. {too_big}"
+        )
+    return text
+
+
+_NUL_ESCAPE = re.compile(r"(?:^|[^\\])(?:\\\\)*\\u0000")
+"""``\\u0000`` in JSON text as an escape (an odd run of backslashes before ``u0000``)."""
+
+
+def refuse_nul_in_json(argument: str, text: str | None, database: str) -> str | None:
+    """``text`` (JSON from :func:`encode_json`) unless a string in it holds NUL, which
+    ``database``'s JSON type cannot store (PostgreSQL's JSONB); then InvalidInput."""
+    if text is not None and "\\u0000" in text and _NUL_ESCAPE.search(text):
+        raise InvalidInput(
+            f"{argument} holds the character NUL (\\u0000) in a string, which {database}'s "
+            f"JSONB cannot store: {_short(text)}. Remove it, or encode such data "
+            "(e.g. base64) before enqueueing"
         )
     return text
 

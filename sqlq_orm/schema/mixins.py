@@ -45,6 +45,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, declared_attr, mapped_column, relationship
 from sqlalchemy.sql.elements import conv
 
+from sqlq_orm.schema.json_text import JsonText
 from sqlq_orm.schema.registry import remember_job_model
 from sqlq_orm.schema.states import ACTIVE, HELD, TERMINAL, AttemptStatus, Event, JobStatus
 
@@ -112,8 +113,9 @@ class JobMixin:
     status: Mapped[str] = mapped_column(String(16), default=JobStatus.QUEUED.value)
     priority: Mapped[int] = mapped_column(Integer, default=0)
     # JSON text written by the service, so the size cap is measured on what is
-    # stored and a corrupted value can be detected and reported per job.
-    payload: Mapped[str | None] = mapped_column(Text)
+    # stored and a corrupted value can be detected and reported per job; held in the
+    # database's JSON type (JSONB on PostgreSQL, since sqlq_0010) so it can be searched.
+    payload: Mapped[str | None] = mapped_column(JsonText)
     payload_ref: Mapped[str | None] = mapped_column(String(REF_MAX))
     result_ref: Mapped[str | None] = mapped_column(String(REF_MAX))
     dedupe_key: Mapped[str | None] = mapped_column(String(DEDUPE_KEY_MAX))
@@ -157,7 +159,9 @@ class JobMixin:
     concurrency_limit: Mapped[int | None] = mapped_column(Integer)
     # Last, as sqlq_0007 added it. What a handler returned as a JobResult (a task's
     # return value): JSON text, capped like the payload; NULL when it returned none.
-    result: Mapped[str | None] = mapped_column(Text)
+    # The database's JSON type like the payload (sqlq_0010): the same text, the same
+    # guarantees, and a result is as worth searching as an argument.
+    result: Mapped[str | None] = mapped_column(JsonText)
 
     @declared_attr
     def attempts(cls) -> Mapped[list[Any]]:

@@ -200,6 +200,8 @@ BACKEND = Backend(
     rolls_back_transaction=is_retryable,
     rows_from_arrays=_rows_from_arrays,
     json_string=lambda text: cast(func.to_json(text), Text),
+    json_column_types=frozenset({"JSONB"}),
+    json_refuses_nul=True,
     maintenance=_maintenance,
     autocommit=("autocommit", True),
     # READ COMMITTED takes a new snapshot per statement; checks that join several
