@@ -27,6 +27,9 @@ MAX_CLAIM_QUEUES = 100
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
 """Bounds of the INTEGER columns (priority, retries, runtimes) on every database."""
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+"""Bounds of a whole number every database's JSON functions compare exactly."""
 
 MAX_JOB_ID = 2**63 - 1
 """The largest id a job can have: ids are signed 64-bit integers on every database, and
@@ -36,9 +39,13 @@ MAX_EPOCH_SECONDS = 253_402_300_799
 """9999-12-31T23:59:59Z: a run_at beyond this is a mistake, not a schedule."""
 
 
-def _short(value: object) -> str:
+def short(value: object) -> str:
+    """``repr(value)``, cut to 80 characters, for error messages."""
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+_short = short
 
 
 def require_name(argument: str, value: object, max_length: int) -> str:

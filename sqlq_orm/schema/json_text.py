@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Text
+from sqlalchemy import Boolean, Text
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler, TypeCompiler
 from sqlalchemy.sql.elements import ColumnElement
@@ -105,3 +105,76 @@ def _jsonb_in(element: FunctionElement[str], compiler: SQLCompiler, **kw: Any) -
 def _jsonb_out(element: FunctionElement[str], compiler: SQLCompiler, **kw: Any) -> str:
     (inner,) = element.clauses
     return f"CAST({compiler.process(inner, **kw)} AS TEXT)"
+
+
+# ------------------------------------------------------------ searching by arguments
+
+MEMBER_KINDS = {
+    # kind: (SQLite json_each types, MariaDB/MySQL JSON_TYPE names)
+    "string": ("'text'", "'STRING'"),
+    "number": ("'integer', 'real'", "'INTEGER', 'DOUBLE', 'DECIMAL', 'UNSIGNED INTEGER'"),
+    "true": ("'true'", "'BOOLEAN'"),
+    "false": ("'false'", "'BOOLEAN'"),
+    "null": ("'null'", "'NULL'"),
+}
+"""How each database names the JSON type of a top-level member (fixed text, never input)."""
+
+
+class JsonHasMember(FunctionElement[bool]):
+    """True when the JSON object in a column has the top-level member ``key`` equal to a
+    scalar: ``JsonHasMember(column, key, as_json, value, kind)``, all but ``kind``
+    bound parameters (``as_json``: ``{"key": value}`` as JSON text; ``kind``: one of
+    :data:`MEMBER_KINDS`, a literal). Equal means the same JSON type and value,
+    numbers compared as numbers (``1`` matches ``1.0``); a key holding an array or an
+    object never matches a scalar. PostgreSQL: ``payload @> '{"key": value}'``, which
+    a GIN index on the column serves; MariaDB/MySQL: ``JSON_CONTAINS`` at the key's
+    path plus its ``JSON_TYPE``; SQLite: a lookup in ``json_each(payload)``.
+    """
+
+    name = "sqlq_json_has_member"
+    inherit_cache = True
+    type = Boolean()
+
+
+def _member_parts(
+    element: JsonHasMember, compiler: SQLCompiler, **kw: Any
+) -> tuple[str, str, str, str, str]:
+    column, key, as_json, value, kind = element.clauses
+    return (
+        str(compiler.process(column, **kw)),
+        str(compiler.process(key, **kw)),
+        str(compiler.process(as_json, **kw)),
+        str(compiler.process(value, **kw)),
+        str(kind.name),
+    )
+
+
+@compiles(JsonHasMember)
+def _member_sqlite(element: JsonHasMember, compiler: SQLCompiler, **kw: Any) -> str:
+    column, key, _, value, kind = _member_parts(element, compiler, **kw)
+    types = MEMBER_KINDS[kind][0]
+    same_value = "" if kind in ("true", "false", "null") else f" AND m.atom = {value}"
+    return (
+        f"EXISTS (SELECT 1 FROM json_each({column}) AS m "
+        f"WHERE json_type({column}) = 'object' AND m.key = {key} "
+        f"AND m.type IN ({types}){same_value})"
+    )
+
+
+@compiles(JsonHasMember, "postgresql")
+def _member_postgresql(element: JsonHasMember, compiler: SQLCompiler, **kw: Any) -> str:
+    column, _, as_json, _, _ = _member_parts(element, compiler, **kw)
+    return f"{column} @> CAST({as_json} AS JSONB)"
+
+
+@compiles(JsonHasMember, "mysql")
+@compiles(JsonHasMember, "mariadb")
+def _member_mysql(element: JsonHasMember, compiler: SQLCompiler, **kw: Any) -> str:
+    column, key, as_json, _, kind = _member_parts(element, compiler, **kw)
+    # The key is a bound value inside a quoted path member ($."key"); the filter refuses
+    # keys holding a quote or a backslash, which that quoting cannot carry.
+    path = f"CONCAT('$.\"', {key}, '\"')"
+    return (
+        f"(JSON_TYPE(JSON_EXTRACT({column}, {path})) IN ({MEMBER_KINDS[kind][1]}) "
+        f"AND JSON_CONTAINS({column}, JSON_EXTRACT({as_json}, {path}), {path}))"
+    )
