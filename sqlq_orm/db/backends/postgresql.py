@@ -101,11 +101,15 @@ def _maintenance(engine: Engine, task: str, tables: Sequence[Any]) -> Maintenanc
 @contextmanager
 def _migrate_in_schema(connection: Connection, schema: str) -> Iterator[None]:
     # Local to the migration transaction: nothing outlives it (a transaction pooler
-    # may hand the server connection to someone else next).
+    # may hand the server connection to someone else next). Set back afterwards, for
+    # a host revision whose own operations follow sqlq's steps; not after an error,
+    # which has aborted the transaction anyway.
+    before = connection.execute(text("SELECT current_setting('search_path')")).scalar_one()
     connection.execute(
         text("SELECT set_config('search_path', :p_path, true)"), {"p_path": f'"{schema}"'}
     )
     yield
+    connection.execute(text("SELECT set_config('search_path', :p_path, true)"), {"p_path": before})
 
 
 class _Listener:
