@@ -12,10 +12,16 @@ The schema is built by ``sqlq_orm.migrate.upgrade``; the soak then sets the per-
 autovacuum settings docs/POSTGRESQL.md recommends (:data:`RECOMMENDED`, what sqlq_0010
 sets on PostgreSQL), or with ``--server-defaults`` resets them, to compare.
 
-    nice -n 10 .venv/bin/python -m bench.vacuum_soak --pg postgresql+psycopg://postgres@127.0.0.1:5432/test \
-        --rate 50 --minutes 30
+    nice -n 10 .venv/bin/python -m bench.vacuum_soak \
+        --pg postgresql+psycopg://postgres@127.0.0.1:5432/test --rate 50 --minutes 30
 
 Low rates on purpose: the point is the shape of the curve over time, not throughput.
+
+A server with ``autovacuum = off`` (the test server, for speed) never vacuums: then
+``--emulate-autovacuum`` (on by default when the server's autovacuum is off) does what
+its launcher would, from the soak: every ``autovacuum_naptime`` it runs ``VACUUM
+(ANALYZE)`` on each table whose dead rows exceed ``threshold + scale_factor x rows``,
+with the table's own settings (``sqlq_jobs``: :data:`RECOMMENDED`) or the server's.
 """
 
 from __future__ import annotations
@@ -74,6 +80,45 @@ def _prune(queue: sqlq_orm.Queue, every: float, stop: threading.Event, pruned: l
         pruned.append(result.total_jobs)
 
 
+def _vacuum_due(engine: sqlalchemy.Engine) -> list[str]:
+    """The tables autovacuum would pick now: dead rows above threshold + scale x rows,
+    with the table's own storage parameters where set, else the server's."""
+    due = []
+    with engine.connect() as connection:
+        connection.exec_driver_sql("SELECT pg_stat_clear_snapshot()")
+        for table in TABLES:
+            row = connection.execute(
+                sqlalchemy.text(
+                    "SELECT s.n_dead_tup, c.reltuples, coalesce(c.reloptions, '{}') "
+                    "FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid "
+                    "WHERE s.relid = CAST(:t AS regclass)"
+                ),
+                {"t": table},
+            ).one()
+            options = dict(option.split("=", 1) for option in row[2])
+            threshold = float(
+                options.get("autovacuum_vacuum_threshold")
+                or connection.exec_driver_sql("SHOW autovacuum_vacuum_threshold").scalar_one()
+            )
+            scale = float(
+                options.get("autovacuum_vacuum_scale_factor")
+                or connection.exec_driver_sql("SHOW autovacuum_vacuum_scale_factor").scalar_one()
+            )
+            if row[0] > threshold + scale * max(0.0, float(row[1])):
+                due.append(table)
+    return due
+
+
+def _emulate_autovacuum(
+    engine: sqlalchemy.Engine, naptime: float, stop: threading.Event, runs: list[str]
+) -> None:
+    while not stop.wait(naptime):
+        for table in _vacuum_due(engine):
+            with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+                connection.exec_driver_sql(f"VACUUM (ANALYZE) {table}")
+            runs.append(table)
+
+
 def _sample(engine: sqlalchemy.Engine) -> dict[str, int]:
     with engine.connect() as connection:
         connection.exec_driver_sql("SELECT pg_stat_clear_snapshot()")
@@ -112,6 +157,7 @@ def soak(
     prune_every: float,
     sample_every: float,
     server_defaults: bool,
+    emulate_autovacuum: bool | None = None,
 ) -> list[dict[str, Any]]:
     """Run the soak on the (empty) database at ``url``; print and return the samples."""
     from sqlq_orm.worker.runtime import Worker
@@ -137,18 +183,39 @@ def soak(
     )
     stop = threading.Event()
     pruned: list[int] = []
+    with engine.connect() as connection:
+        server_autovacuum = connection.exec_driver_sql("SHOW autovacuum").scalar_one() == "on"
+        naptime = connection.exec_driver_sql(
+            "SELECT setting::float FROM pg_settings WHERE name = 'autovacuum_naptime'"
+        ).scalar_one()
+    if emulate_autovacuum is None:
+        emulate_autovacuum = not server_autovacuum
+    vacuums: list[str] = []
+    print(
+        f"# rate {rate}/s, prune every {prune_every}s, server autovacuum "
+        f"{'on' if server_autovacuum else 'off'}, emulated: {emulate_autovacuum} "
+        f"(naptime {naptime}s), sqlq_jobs settings: "
+        f"{'server defaults' if server_defaults else RECOMMENDED}",
+        flush=True,
+    )
     threads = [
         threading.Thread(target=worker.run, name="worker", daemon=True),
         threading.Thread(target=_produce, args=(queue, rate, stop), daemon=True),
         threading.Thread(target=_prune, args=(queue, prune_every, stop, pruned), daemon=True),
     ]
+    if emulate_autovacuum:
+        threads.append(
+            threading.Thread(
+                target=_emulate_autovacuum, args=(engine, naptime, stop, vacuums), daemon=True
+            )
+        )
     for thread in threads:
         thread.start()
     samples: list[dict[str, Any]] = []
     started = time.monotonic()
     header = (
         "minute  jobs_kb  jobs_idx_kb  events_kb  attempts_kb  live  dead  autovacuums  "
-        "succeeded  pruned"
+        "succeeded  pruned  vacuums"
     )
     print(header, flush=True)
     try:
@@ -157,11 +224,13 @@ def soak(
             sample = {"minute": round(elapsed / 60, 1), **_sample(engine)}
             sample["succeeded"] = worker_stats_succeeded(worker)
             sample["pruned"] = sum(pruned)
+            sample["vacuums"] = len(vacuums)
             samples.append(sample)
             print(
                 f"{sample['minute']:6.1f} {sample['jobs_kb']:8d} {sample['jobs_idx_kb']:12d} "
                 f"{sample['events_kb']:10d} {sample['attempts_kb']:12d} {sample['live']:5d} "
-                f"{sample['dead']:5d} {sample['autovacuums']:12d} {sample['succeeded']:10d} {sample['pruned']:7d}",
+                f"{sample['dead']:5d} {sample['autovacuums']:12d} {sample['succeeded']:10d} "
+                f"{sample['pruned']:7d} {sample['vacuums']:8d}",
                 flush=True,
             )
             if elapsed >= minutes * 60:
@@ -194,6 +263,12 @@ def main() -> None:
         action="store_true",
         help="reset the per-table autovacuum settings sqlq_0010 sets, to compare",
     )
+    parser.add_argument(
+        "--emulate-autovacuum",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="vacuum from the soak as autovacuum would (default: when the server's is off)",
+    )
     args = parser.parse_args()
     with postgres_database(args.pg) as url:
         soak(
@@ -203,6 +278,7 @@ def main() -> None:
             prune_every=args.prune_every,
             sample_every=args.sample_every,
             server_defaults=args.server_defaults,
+            emulate_autovacuum=args.emulate_autovacuum,
         )
 
 

@@ -249,6 +249,13 @@ class QueueCore:
             "p_detail": detail_json(detail),
         }
 
+    def _storable_json(self, argument: str, text: str | None) -> str | None:
+        """JSON text from the encoder, unless the database's JSON column cannot store it
+        (a NUL in a string, on PostgreSQL): InvalidInput before anything is written."""
+        if self.dialect.json_refuses_nul:
+            return validation.refuse_nul_in_json(argument, text, self.dialect.title)
+        return text
+
     def _check_app_values(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """App column values by name, checked against their columns (InvalidInput)."""
         checked = validation.app_columns(dict(values), self._app_columns)

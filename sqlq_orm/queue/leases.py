@@ -69,7 +69,9 @@ class LeaseCalls(FailureRecording):
                 lease.job_id, JobStatus.CLAIMED.value, "succeed (start it first)"
             )
         params["p_result_ref"] = validation.optional_name("result_ref", result_ref, REF_MAX)
-        params["p_result"] = encode_result(result, self.payload_max_bytes)
+        params["p_result"] = self._storable_json(
+            "result", encode_result(result, self.payload_max_bytes)
+        )
         with self._write() as connection:
             rows, _ = self.sql.run_returning(connection, self.sql.succeed, params)
             if not rows:
