@@ -231,7 +231,7 @@ class QueueCore:
             arrays = {f"a_{name}": [row[f"p_{name}"] for row in rows] for name in _EVENT_FIELDS}
             connection.execute(self.sql.insert_events_from_arrays, arrays)
         elif rows:
-            connection.execute(self.sql.insert_event, rows)
+            self.sql.execute(connection, self.sql.insert_event, rows)
 
     @staticmethod
     def _event(
