@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import secrets
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from urllib.parse import parse_qsl
 
@@ -123,12 +124,20 @@ class Actions:
     """The confirm (GET), perform (POST) and outcome (GET) handlers."""
 
     def __init__(
-        self, queue: Queue, renderer: Renderer, csrf: CsrfTokens, *, enabled: bool
+        self,
+        queue: Queue,
+        renderer: Renderer,
+        csrf: CsrfTokens,
+        *,
+        enabled: bool,
+        after_write: Callable[[], None] = lambda: None,
     ) -> None:
         self.queue = queue
         self.render = renderer
         self.csrf = csrf
         self.enabled = enabled
+        self.after_write = after_write
+        """Called after every write (drops the shared report: the next page shows it)."""
         self.outcomes: OrderedDict[str, Outcome] = OrderedDict()
 
     def _refuse(self, request: Request, message: str) -> Response:
@@ -265,7 +274,10 @@ class Actions:
                 ids = selection(self.queue, action, job_filter)
             return apply(self.queue, action, ids)
 
-        outcome = await run_in_threadpool(work)
+        try:
+            outcome = await run_in_threadpool(work)
+        finally:
+            self.after_write()
         outcome.job_id = job_id
         outcome.params = filter_params(job_filter)
         key = secrets.token_urlsafe(16)

@@ -16,16 +16,26 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
+from sqlq_orm.core import validation
 from sqlq_orm.core.validation import MAX_JOB_ID
+from sqlq_orm.dashboard.cache import SharedAnswer
 from sqlq_orm.dashboard.charts import Series, stacked_bars
 from sqlq_orm.dashboard.rendering import Renderer
 from sqlq_orm.dashboard.verbs import ACTIONS
 from sqlq_orm.errors import InvalidInput, JobNotFound
 from sqlq_orm.ops.dependencies import waiting_jobs
 from sqlq_orm.ops.history import History, finished_history
-from sqlq_orm.ops.joblist import MAX_COUNTED, JobFilter, count_capped, list_jobs
+from sqlq_orm.ops.joblist import (
+    MAX_COUNTED,
+    SCAN_CHUNK,
+    JobFilter,
+    RecentCount,
+    count_capped,
+    count_recent,
+    list_jobs,
+)
 from sqlq_orm.ops.render.text import STATUS_ORDER
-from sqlq_orm.ops.stats import collect_workers
+from sqlq_orm.ops.stats import QueueStats, collect_workers
 from sqlq_orm.ops.timeline import job_timeline
 from sqlq_orm.queue.queue import Queue
 
@@ -188,9 +198,13 @@ def history_charts(history: History, range_name: str = DEFAULT_CHART_RANGE) -> d
 class Pages:
     """The GET handlers, over one queue."""
 
-    def __init__(self, queue: Queue, renderer: Renderer) -> None:
+    def __init__(
+        self, queue: Queue, renderer: Renderer, report: SharedAnswer[QueueStats] | None = None
+    ) -> None:
         self.queue = queue
         self.render = renderer
+        # The whole stats report, shared by every tab (see sqlq_orm.dashboard.cache).
+        self.report = report or SharedAnswer(queue.stats, fresh_seconds=0)
 
     def _bad_request(self, request: Request, error: InvalidInput) -> Response:
         return self.render.page(
@@ -205,7 +219,7 @@ class Pages:
         window, buckets = CHART_RANGES[range_name]
         stats, history = await run_in_threadpool(
             lambda: (
-                self.queue.stats(),
+                self.report.get(),
                 finished_history(self.queue, window_seconds=window, buckets=buckets),
             )
         )
@@ -221,11 +235,18 @@ class Pages:
         try:
             job_filter = parse_filter(request.query_params)
             before = parse_job_id("before", request.query_params.get("before"))
+            exact = request.query_params.get("count") == "all"
+
+            def total_of() -> RecentCount:
+                # The newest SCAN_CHUNK ids, capped: bounded like the page itself. The
+                # exact count over every job is one click away (``count=all``).
+                if exact:
+                    count = count_capped(self.queue, job_filter, cap=validation.INT32_MAX)
+                    return RecentCount(count=count, scanned_all=True)
+                return count_recent(self.queue, job_filter, cap=MAX_COUNTED)
+
             page, total = await run_in_threadpool(
-                lambda: (
-                    list_jobs(self.queue, job_filter, before=before),
-                    count_capped(self.queue, job_filter, cap=MAX_COUNTED),
-                )
+                lambda: (list_jobs(self.queue, job_filter, before=before), total_of())
             )
         except InvalidInput as error:
             return self._bad_request(request, error)
@@ -237,7 +258,10 @@ class Pages:
             params=filter_params(job_filter),
             statuses=STATUS_ORDER,
             before=before,
-            total=total,
+            total=total.count,
+            scanned_all=total.scanned_all,
+            exact=exact,
+            scanned=SCAN_CHUNK,
             max_counted=MAX_COUNTED,
             # A bulk action is offered only where the filter leaves it something to do.
             bulk_actions=[a for a in ACTIONS.values() if a.statuses_for(job_filter)],

@@ -292,3 +292,41 @@ def count_matching(
     where.append(context.tables.jobs.c.status.in_(list(statuses)))
     with context.read() as connection:
         return int(connection.execute(q.count(where)).scalar_one())
+
+
+@dataclass(frozen=True)
+class RecentCount:
+    """How many jobs match among the newest ones (:func:`count_recent`)."""
+
+    count: int
+    """Matches found, at most ``cap + 1`` (``cap + 1`` reads "more than ``cap``")."""
+    scanned_all: bool
+    """Every job was looked at (else only the newest ``scan`` ids were)."""
+
+
+def count_recent(
+    queue: QueueContext | HasContext,
+    job_filter: JobFilter,
+    *,
+    cap: int = MAX_COUNTED,
+    scan: int = SCAN_CHUNK,
+) -> RecentCount:
+    """How many of the newest ``scan`` ids match ``job_filter``, counting no further
+    than ``cap + 1``: a list's total at a cost bounded like its page's, whatever the
+    filter (a rare match no index serves would otherwise count the whole table)."""
+    cap = validation.require_int("cap", cap, minimum=1, maximum=validation.INT32_MAX)
+    scan = validation.require_int("scan", scan, minimum=1, maximum=validation.INT32_MAX)
+    context = context_of(queue)
+    q = JobListQueries(context.tables)
+    j = context.tables.jobs.c
+    where = job_filter.conditions(context.tables)
+    with context.read() as connection:
+        lowest, highest = connection.execute(q.id_bounds()).one()
+        if lowest is None:
+            return RecentCount(count=0, scanned_all=True)
+        low = max(int(lowest), int(highest) - scan + 1)
+        found = (
+            select(j.id).where(*where, j.id >= low, j.id <= int(highest)).limit(cap + 1).subquery()
+        )
+        count = int(connection.execute(select(func.count()).select_from(found)).scalar_one())
+    return RecentCount(count=count, scanned_all=low == int(lowest) or count > cap)

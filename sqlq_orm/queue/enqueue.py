@@ -15,7 +15,14 @@ from sqlq_orm.queue.app_columns import shown_values
 from sqlq_orm.queue.core import SYSTEM_ACTOR, SessionArg, retry_if_rolled_back
 from sqlq_orm.queue.dependencies import Dependencies
 from sqlq_orm.queue.types import EnqueuedJob, JobSpec
-from sqlq_orm.schema.mixins import CONCURRENCY_KEY_MAX, DEDUPE_KEY_MAX, QUEUE_MAX, REF_MAX, TYPE_MAX
+from sqlq_orm.schema.mixins import (
+    CONCURRENCY_KEY_MAX,
+    DEDUPE_KEY_MAX,
+    QUEUE_MAX,
+    RATE_KEY_MAX,
+    REF_MAX,
+    TYPE_MAX,
+)
 from sqlq_orm.schema.states import Event
 
 _DEDUPE_ROUNDS = 5
@@ -33,6 +40,7 @@ _ARRAY_COLUMNS = (
     "max_runtime_seconds",
     "concurrency_key",
     "concurrency_limit",
+    "rate_key",
 )
 """The per-job parameters ``insert_jobs_from_arrays`` takes, one array each."""
 
@@ -55,6 +63,7 @@ class Enqueueing(Dependencies):
         payload_ref: str | None,
         concurrency_key: str | None = None,
         concurrency_limit: int | None = None,
+        rate_key: str | None = None,
     ) -> dict[str, Any]:
         """Validate one job's arguments; return the parameters of the insert statement."""
         validation.require_name("type", type, TYPE_MAX)
@@ -70,6 +79,7 @@ class Enqueueing(Dependencies):
         validation.optional_name("dedupe_key", dedupe_key, DEDUPE_KEY_MAX)
         validation.optional_name("payload_ref", payload_ref, REF_MAX)
         key, limit = validation.concurrency(concurrency_key, concurrency_limit, CONCURRENCY_KEY_MAX)
+        validation.optional_name("rate_key", rate_key, RATE_KEY_MAX)
         return {
             "p_queue": queue,
             "p_type": type,
@@ -83,6 +93,7 @@ class Enqueueing(Dependencies):
             "p_max_runtime_seconds": max_runtime_seconds,
             "p_concurrency_key": key,
             "p_concurrency_limit": limit,
+            "p_rate_key": rate_key,
         }
 
     def _spec_params(self, spec: JobSpec) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -100,6 +111,7 @@ class Enqueueing(Dependencies):
             payload_ref=spec.payload_ref,
             concurrency_key=spec.concurrency_key,
             concurrency_limit=spec.concurrency_limit,
+            rate_key=spec.rate_key,
         )
         return params, self._check_app_values(spec.columns)
 
@@ -120,6 +132,7 @@ class Enqueueing(Dependencies):
         payload_ref: str | None = None,
         concurrency_key: str | None = None,
         concurrency_limit: int | None = None,
+        rate_key: str | None = None,
         session: SessionArg = None,
         depends_on: Iterable[int] | None = None,
         on_parent_failure: str = "cancel",
@@ -134,7 +147,9 @@ class Enqueueing(Dependencies):
         a key held by a job of another ``type`` or ``queue`` raises
         :class:`~sqlq_orm.errors.DedupeConflict`. With ``concurrency_key``, at most
         ``concurrency_limit`` (default 1) jobs sharing that key are CLAIMED or RUNNING
-        at once; the others wait in QUEUED without holding up other jobs.
+        at once; the others wait in QUEUED without holding up other jobs. In a queue
+        with a rate limit (:meth:`set_rate_limit`), the limit counts the starts of
+        each ``rate_key`` apart (jobs without one share one count).
         With ``session``, the job is written in the caller's transaction and commits or
         rolls back with it. Extra keyword arguments fill columns a host app added to
         its job model. Bad input raises :class:`~sqlq_orm.errors.InvalidInput` and
@@ -158,6 +173,7 @@ class Enqueueing(Dependencies):
             payload_ref=payload_ref,
             concurrency_key=concurrency_key,
             concurrency_limit=concurrency_limit,
+            rate_key=rate_key,
         )
         app_columns = self._check_app_values(app_columns)
         request = self._dependency_request(depends_on, on_parent_failure)

@@ -16,7 +16,7 @@ from sqlq_orm.core import error_codes, validation
 from sqlq_orm.core.lease import Lease
 from sqlq_orm.errors import InvalidInput, LeaseLost, MaxRuntimeExceeded
 from sqlq_orm.queue.core import DeferredWrites, retry_if_rolled_back
-from sqlq_orm.queue.failures import FailedRun, FailureRecording
+from sqlq_orm.queue.failures import FailedRun, FailureRecording, retry_delay
 from sqlq_orm.queue.types import JobFailure
 from sqlq_orm.schema.states import AttemptStatus, Event, JobStatus
 
@@ -163,6 +163,7 @@ class BatchedLeaseCalls(FailureRecording):
                 code=code,
                 detail=detail,
                 actor=failure.lease.worker_id,
+                retry_delay=retry_delay(failure.retry_in),
             )
             for failure, code, detail in checked
         ]

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
 from sqlq_orm.core import validation
+from sqlq_orm.core.backoff import Backoff, backoff_of
 from sqlq_orm.errors import InvalidInput, SqlqError
 from sqlq_orm.queue.queue import Queue
 from sqlq_orm.schema.mixins import TYPE_MAX
@@ -178,6 +179,7 @@ class TaskRegistry(HandlerRegistry):
         depends_on: Sequence[int] | None = None,
         retry_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
         no_retry_on: type[BaseException] | tuple[type[BaseException], ...] = (),
+        backoff: Backoff | float | Callable[[int], float] | None = None,
     ) -> TaskDecorator:
         """Decorator: make the function a task, with these options as its defaults.
 
@@ -190,6 +192,14 @@ class TaskRegistry(HandlerRegistry):
         and ``no_retry_on`` (these never are) take exception classes; a plain
         exception fails the run with an error code named after its class
         (``EXCEPTION:KEY_ERROR``, see :mod:`sqlq_orm.tasks.failures`).
+
+        ``backoff`` is how long this task's failed runs wait before a retry, instead
+        of the queue's :class:`~sqlq_orm.RetryPolicy`: a shape
+        (:class:`~sqlq_orm.RetryPolicy` for exponential with jitter,
+        :class:`~sqlq_orm.FixedBackoff`, :class:`~sqlq_orm.LinearBackoff`), a number
+        of seconds (fixed), or a function ``(retry_number) -> seconds`` (1 for the
+        first retry). It is checked here: a wrong one raises
+        :class:`~sqlq_orm.InvalidInput` naming the task.
         """
         options = TaskOptions(
             queue=queue,
@@ -205,6 +215,9 @@ class TaskRegistry(HandlerRegistry):
         failures = FailurePolicy(
             retry_on=None if retry_on is None else exception_classes(retry_on, "retry_on"),
             no_retry_on=exception_classes(no_retry_on, "no_retry_on"),
+            backoff=None
+            if backoff is None
+            else backoff_of(backoff, f"task {name!r}" if name else "registry.task(backoff=...)"),
         )
         return TaskDecorator(self, name, options, failures)
 

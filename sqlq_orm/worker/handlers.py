@@ -260,6 +260,7 @@ class JobContext:
         leased_at: float,
         shutdown: threading.Event,
         columns: Mapping[str, Any] | None = None,
+        retry_count: int = 0,
     ) -> None:
         self.job_id = job_id
         self.attempt = attempt
@@ -269,6 +270,8 @@ class JobContext:
         self.payload_ref = payload_ref
         self.worker_id = worker_id
         self.retries_left = retries_left
+        self.retry_count = retry_count
+        """Retries spent before this run (0 on the first run; snoozes do not count)."""
         self.columns: Mapping[str, Any] = dict(columns or {})
         """The job's values for the columns the host app added (e.g. ``tenant_id``)."""
         self._lease_seconds = lease_seconds

@@ -397,6 +397,7 @@ class Worker:
             payload_ref=lease.payload_ref,
             worker_id=self.worker_id,
             retries_left=lease.retries_left,
+            retry_count=lease.retry_count,
             lease_seconds=self.lease_seconds,
             leased_at=leased_at,
             shutdown=self._stop.shutdown,

@@ -59,6 +59,7 @@ class EnqueueStatements(StatementGroup):
             "max_runtime_seconds": bindparam("p_max_runtime_seconds"),
             "concurrency_key": bindparam("p_concurrency_key"),
             "concurrency_limit": bindparam("p_concurrency_limit"),
+            "rate_key": bindparam("p_rate_key"),
         }
         self.insert_job = insert(jobs).values(job_values).returning(j.id)
         if dialect.is_duplicate_key is None:
@@ -92,6 +93,7 @@ class EnqueueStatements(StatementGroup):
                     ("max_runtime_seconds", j.max_runtime_seconds.type),
                     ("concurrency_key", j.concurrency_key.type),
                     ("concurrency_limit", j.concurrency_limit.type),
+                    ("rate_key", j.rate_key.type),
                 ]
             )
             r = rows.c
@@ -110,6 +112,7 @@ class EnqueueStatements(StatementGroup):
                 "max_runtime_seconds": r.max_runtime_seconds,
                 "concurrency_key": r.concurrency_key,
                 "concurrency_limit": r.concurrency_limit,
+                "rate_key": r.rate_key,
             }
             self.insert_jobs_from_arrays = (
                 insert(jobs)
