@@ -36,7 +36,8 @@ class LeaseCalls(FailureRecording):
             row = rows[0]
             lease.attempt = row.attempt_count
             lease.deadline_at = row.deadline_at
-            connection.execute(
+            self.sql.execute(
+                connection,
                 self.sql.open_attempt,
                 {"p_job_id": lease.job_id, "p_attempt": lease.attempt, "p_worker": lease.worker_id},
             )
@@ -130,8 +131,10 @@ class LeaseCalls(FailureRecording):
                 if done:
                     # Attempt closes and events in SQL from the rows just finished.
                     history = {"p_ids": sorted(done)}
-                    connection.execute(self.sql.close_succeeded_attempts_of_batch, history)
-                    connection.execute(self.sql.succeeded_events_of_batch, history)
+                    self.sql.execute(
+                        connection, self.sql.close_succeeded_attempts_of_batch, history
+                    )
+                    self.sql.execute(connection, self.sql.succeeded_events_of_batch, history)
             # The statement said which jobs have children: a batch without any is done.
             parents = [row[0] for row in rows if self.sql.has_dependencies and row[3]]
             if parents:
