@@ -102,6 +102,8 @@ class RawSqliteQueue:
         self.open_attempts_of_batch = prepare(sql.open_attempts_of_batch)
         self.claim_events_of_batch = prepare(sql.claim_events_of_batch)
         self.claim_and_start_events_of_batch = prepare(sql.claim_and_start_events_of_batch)
+        # A claim that found fewer jobs than its limit looks for rate-limited queues.
+        self.select_rate_limited = prepare(sql.select_rate_limited)
         self.succeed_sql = prepare(sql.succeed)
         self.close_attempt = prepare(sql.close_attempt_upsert)
         self.default_max_retries = sql.default_max_retries
@@ -215,6 +217,11 @@ class RawSqliteQueue:
                 # The same check the service makes: every changed row was returned.
                 changed = self._plain("SELECT changes()").fetchone()[0]
                 assert changed == len(rows), (changed, len(rows))
+            if len(rows) < limit:
+                # Short of the limit, the service looks for rate-limited queues (there
+                # are none here, so it finds none).
+                self._run(self.select_rate_limited, {"p_queues": values["p_queues"]}).fetchall()
+            if rows:
                 leases = [
                     RawLease(
                         job_id=row[0],

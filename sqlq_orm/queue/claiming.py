@@ -131,7 +131,9 @@ class Claiming(QueueCore):
         """Claim up to ``room`` jobs of the rate-limited queues among ``queue_names``,
         each queue's starts in its window kept within its limit per ``rate_key`` (see
         :mod:`sqlq_orm.db.statements.rate_limits`). Runs in the claim's transaction."""
-        limited = connection.execute(self.sql.select_rate_limited, {"p_queues": queue_names}).all()
+        limited: Sequence[Any] = self.sql.execute(
+            connection, self.sql.select_rate_limited, {"p_queues": queue_names}
+        ).all()
         rows: list[Any] = []
         for name, _limit, _period in limited:
             if len(rows) >= room:
