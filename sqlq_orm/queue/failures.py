@@ -60,7 +60,8 @@ class FailureRecording(Dependencies):
         code: str | None,
         detail: str | None,
     ) -> None:
-        connection.execute(
+        self.sql.execute(
+            connection,
             self.sql.close_attempt_upsert,
             {
                 "p_job_id": lease.job_id,
@@ -129,7 +130,7 @@ class FailureRecording(Dependencies):
             self._flush(connection, deferred)
             deferred.attempts.clear()
             deferred.events.clear()
-            self._parents_ended(connection, failed, JobStatus.FAILED)
+            self._parents_ended(connection, failed)
         return outcomes
 
     def _end_runs(
@@ -231,5 +232,5 @@ class FailureRecording(Dependencies):
     def _flush(self, connection: Connection, writes: DeferredWrites) -> None:
         """Write collected attempt closes and events: one ``executemany`` each."""
         if writes.attempts:
-            connection.execute(self.sql.close_attempt_upsert, writes.attempts)
+            self.sql.execute(connection, self.sql.close_attempt_upsert, writes.attempts)
         self._write_events(connection, writes.events)

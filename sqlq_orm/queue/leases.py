@@ -36,7 +36,8 @@ class LeaseCalls(FailureRecording):
             row = rows[0]
             lease.attempt = row.attempt_count
             lease.deadline_at = row.deadline_at
-            connection.execute(
+            self.sql.execute(
+                connection,
                 self.sql.open_attempt,
                 {"p_job_id": lease.job_id, "p_attempt": lease.attempt, "p_worker": lease.worker_id},
             )
@@ -69,7 +70,9 @@ class LeaseCalls(FailureRecording):
                 lease.job_id, JobStatus.CLAIMED.value, "succeed (start it first)"
             )
         params["p_result_ref"] = validation.optional_name("result_ref", result_ref, REF_MAX)
-        params["p_result"] = encode_result(result, self.payload_max_bytes)
+        params["p_result"] = self._storable_json(
+            "result", encode_result(result, self.payload_max_bytes)
+        )
         with self._write() as connection:
             rows, _ = self.sql.run_returning(connection, self.sql.succeed, params)
             if not rows:
@@ -85,7 +88,7 @@ class LeaseCalls(FailureRecording):
             )
             woken: set[str] = set()
             if any(tuple(rows[0])[1:]):  # has_dependents, where the models have dependencies
-                woken = self._parents_ended(connection, [lease.job_id], JobStatus.SUCCEEDED)
+                woken = self._parents_ended(connection, [lease.job_id])
         self._finished([lease.job_id])
         if woken:
             self._wake_workers(None, woken)
@@ -128,12 +131,14 @@ class LeaseCalls(FailureRecording):
                 if done:
                     # Attempt closes and events in SQL from the rows just finished.
                     history = {"p_ids": sorted(done)}
-                    connection.execute(self.sql.close_succeeded_attempts_of_batch, history)
-                    connection.execute(self.sql.succeeded_events_of_batch, history)
+                    self.sql.execute(
+                        connection, self.sql.close_succeeded_attempts_of_batch, history
+                    )
+                    self.sql.execute(connection, self.sql.succeeded_events_of_batch, history)
             # The statement said which jobs have children: a batch without any is done.
             parents = [row[0] for row in rows if self.sql.has_dependencies and row[3]]
             if parents:
-                woken = self._parents_ended(connection, parents, JobStatus.SUCCEEDED)
+                woken = self._parents_ended(connection, parents)
         self._finished(done)
         if woken:
             self._wake_workers(None, woken)

@@ -194,13 +194,15 @@ class TaskRegistry(HandlerRegistry):
         no_retry_on: type[BaseException] | tuple[type[BaseException], ...] = (),
         backoff: Backoff | float | Callable[[int], float] | None = None,
         lease: int | None = None,
+        rate_key: KeyOption = None,
+        dedupe_period: int | None = None,
     ) -> TaskDecorator:
         """Decorator: make the function a task, with these options as its defaults.
 
         ``name`` is the job type (default: the function's import path,
         ``module.qualname``); pass it to keep old jobs runnable after a rename or a
-        move. ``dedupe_key`` and ``concurrency_key`` are strings or functions of the
-        task's arguments. The other options mean what they mean in
+        move. ``dedupe_key``, ``concurrency_key`` and ``rate_key`` are strings or
+        functions of the task's arguments. The other options mean what they mean in
         :meth:`Queue.enqueue <sqlq_orm.Queue.enqueue>`; each call can override them
         with :meth:`Task.options`. ``retry_on`` (only these exceptions are retried)
         and ``no_retry_on`` (these never are) take exception classes; a plain
@@ -232,6 +234,8 @@ class TaskRegistry(HandlerRegistry):
             concurrency_limit=concurrency_limit,
             delay=delay,
             depends_on=depends_on,
+            rate_key=rate_key,
+            dedupe_period=dedupe_period,
         )
         failures = FailurePolicy(
             retry_on=None if retry_on is None else exception_classes(retry_on, "retry_on"),
@@ -262,7 +266,7 @@ class TaskRegistry(HandlerRegistry):
             raise InvalidInput(f"a task must be a function, got {function!r}")
         task_name = name if name is not None else default_task_name(function)
         validation.require_name("task name", task_name, TYPE_MAX)
-        for key in ("dedupe_key", "concurrency_key"):
+        for key in ("dedupe_key", "concurrency_key", "rate_key"):
             value = getattr(options, key)
             if value is not None and not (isinstance(value, str) or callable(value)):
                 raise InvalidInput(

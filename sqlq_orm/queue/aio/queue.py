@@ -244,6 +244,8 @@ class AsyncQueue:
     wait = awaited(Queue.wait)
     pause_queue = awaited(Queue.pause_queue)
     resume_queue = awaited(Queue.resume_queue)
+    set_rate_limit = awaited(Queue.set_rate_limit)
+    clear_rate_limit = awaited(Queue.clear_rate_limit)
     paused_queues = awaited(Queue.paused_queues)
     queue_states = awaited(Queue.queue_states)
     discard = awaited(Queue.discard)
