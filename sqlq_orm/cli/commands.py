@@ -277,17 +277,47 @@ def stats(
             return 0
 
 
-def show(db: str | None, job_id: int, output: str = "text", models: str | None = None) -> int:
-    """Show one job: its state, its attempts and its event timeline."""
+def show(
+    db: str | None,
+    job_id: int,
+    output: str = "text",
+    models: str | None = None,
+    handlers: str | None = None,
+) -> int:
+    """Show one job: its state, its attempts and its event timeline. With
+    ``--handlers``, a task's job also shows its arguments as named parameters (in the
+    task's signature order, defaults marked)."""
     from sqlq_orm.ops import render as report
     from sqlq_orm.ops.timeline import job_timeline
 
     timeline = job_timeline(open_queue(db, models=models, refuse_newer_schema=False), job_id)
+    arguments = None if handlers is None else _task_arguments(handlers, timeline.job)
     if output == "json":
-        print(report.render_timeline_json(timeline))
+        data = report.timeline_to_dict(timeline)
+        if arguments is not None:
+            data["arguments"] = {name: value for name, value, _ in arguments}
+        print(report.to_json(data))
     else:
-        print(report.render_timeline_text(timeline, color=_colour()))
+        print(report.render_timeline_text(timeline, color=_colour(), arguments=arguments))
     return 0
+
+
+def _task_arguments(handlers: str, job: Any) -> list[tuple[str, Any, bool]] | None:
+    """The job's arguments by name if ``handlers`` has a task of its type, else None."""
+    from sqlq_orm.worker.handlers import load_registry
+
+    registry = load_registry(handlers)
+    task = getattr(registry, "get_task", lambda _name: None)(job.type)
+    if task is None:
+        return None
+    payload = job.payload
+    if isinstance(payload, str):
+        try:
+            payload = json.loads(payload)
+        except ValueError:
+            return None
+    named: list[tuple[str, Any, bool]] | None = task.signature.named_arguments(payload)
+    return named
 
 
 def cancel(

@@ -24,6 +24,7 @@ from typing import TextIO
 
 from sqlalchemy import func, select
 
+from sqlq_orm.cli import demo_handlers as tasks
 from sqlq_orm.cli.connect import CommandError, migrate_schema, open_engine, shown_url
 from sqlq_orm.db.engine import require_shared_database
 from sqlq_orm.ops import render as report
@@ -177,28 +178,28 @@ class DemoJobs:
 
 
 def job_specs(count: int) -> list[JobSpec]:
-    """The demo's mix of jobs after the victim and the poison job, deterministically."""
+    """The demo's mix of jobs after the victim and the poison job, deterministically:
+    calls of its tasks, each checked against the task's signature."""
     specs = []
     for n in range(count):
         if n % 25 == 3:
-            specs.append(JobSpec("generate_report", {"steps": 10 + n % 5}))
+            specs.append(tasks.generate_report.spec(steps=10 + n % 5))
         elif n % 13 == 5:
-            specs.append(JobSpec("charge_card", {"order": 1000 + n, "declined": n % 2 == 1}))
+            specs.append(tasks.charge_card.spec(order=1000 + n, declined=n % 2 == 1))
         elif n % 20 == 7:
-            specs.append(JobSpec("sync_inventory", {"warehouse": n % 4}, max_retries=2))
+            specs.append(tasks.sync_inventory.spec(warehouse=n % 4))
         elif n % 50 == 11:
-            specs.append(JobSpec("import_csv", {"file": f"upload-{n}.csv"}, max_retries=1))
+            specs.append(tasks.import_csv.spec(f"upload-{n}.csv"))
         else:
-            specs.append(JobSpec("resize_image", {"image": f"photo-{n}.jpg", "ms": 5 + n % 25}))
+            specs.append(tasks.resize_image.spec(f"photo-{n}.jpg", ms=5 + n % 25))
     return specs
 
 
 def enqueue_demo_jobs(queue: Queue, count: int) -> DemoJobs:
-    # The victim goes first, with priority, so the story starts at once.
-    victim = queue.enqueue("export_archive", {"seconds": 2.0}, priority=10).id
-    poison = queue.enqueue(
-        "render_video", {"video": "holiday.mov"}, queue=MEDIA_QUEUE, max_retries=2
-    ).id
+    tasks.registry.bind(queue)
+    # The victim goes first, with priority (the task's), so the story starts at once.
+    victim = tasks.export_archive.enqueue(seconds=2.0).id
+    poison = tasks.render_video.options(queue=MEDIA_QUEUE).enqueue("holiday.mov").id
     rest = queue.enqueue_many(job_specs(max(0, count - 2)))
     return DemoJobs(victim=victim, poison=poison, total=2 + len(rest))
 

@@ -301,6 +301,11 @@ def build_parser() -> argparse.ArgumentParser:
             )  # fmt: skip
         if name == "show":
             add_output(p)
+            p.add_argument(
+                "--handlers", metavar="MODULE:REGISTRY",
+                help="a task's job shows its arguments as named parameters, in the order "
+                "of the task's signature in this registry",
+            )  # fmt: skip
 
     p = add("check", check)
     p.add_argument(

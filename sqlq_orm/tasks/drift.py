@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlq_orm.db.context import HasContext, QueueContext
 from sqlq_orm.ops.drift import unfinished_payloads, unfinished_types
-from sqlq_orm.tasks.registry import TaskRegistry
 from sqlq_orm.worker.handlers import HandlerRegistry
 
 EXAMPLES = 5
@@ -38,21 +38,37 @@ class Drift:
         return "\n".join(lines)
 
 
-def find_drift(target: QueueContext | HasContext, registry: HandlerRegistry) -> list[Drift]:
+def find_drift(
+    target: QueueContext | HasContext,
+    registry: HandlerRegistry,
+    *,
+    limit: int | None = None,
+    tasks_only: bool = False,
+) -> list[Drift]:
     """Every type of unfinished job ``registry`` has no handler for, and every task
-    whose unfinished jobs' arguments do not bind to its signature; by type."""
+    whose unfinished jobs' arguments do not bind to its signature; by type.
+
+    ``limit`` bounds the payloads read per task (the oldest unfinished jobs first):
+    then a count says how many of those did not bind. ``tasks_only`` leaves out the
+    types with no handler (another worker's, as far as one worker can tell).
+    """
     found: list[Drift] = []
-    tasks = registry.tasks if isinstance(registry, TaskRegistry) else {}
+    # A TaskRegistry's tasks (read by name: the registry imports this module).
+    tasks: dict[str, Any] = getattr(registry, "tasks", None) or {}
     for job_type, count in sorted(unfinished_types(target).items()):
         if job_type not in registry:
-            known = ", ".join(registry.types) or "none"
-            found.append(Drift(job_type, count, f"no handler or task (known: {known})"))
+            if not tasks_only:
+                known = ", ".join(registry.types) or "none"
+                found.append(Drift(job_type, count, f"no handler or task (known: {known})"))
             continue
         task = tasks.get(job_type)
         if task is None:
             continue  # a plain handler: its payload is its own business
         drift = Drift(job_type, 0, "stored arguments do not bind to the task's signature")
-        for job_id, text in unfinished_payloads(target, job_type):
+        payloads = unfinished_payloads(target, job_type, **({"batch": limit} if limit else {}))
+        for checked, (job_id, text) in enumerate(payloads):
+            if limit is not None and checked >= limit:
+                break
             try:
                 payload = None if text is None else json.loads(text)
             except ValueError:

@@ -19,6 +19,7 @@ A task is a handler like any other to the worker; plain handlers
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
@@ -28,10 +29,11 @@ from sqlq_orm.core.backoff import Backoff, backoff_of
 from sqlq_orm.errors import InvalidInput, SqlqError
 from sqlq_orm.queue.queue import Queue
 from sqlq_orm.schema.mixins import TYPE_MAX
+from sqlq_orm.tasks.drift import find_drift
 from sqlq_orm.tasks.failures import FailurePolicy, exception_classes
 from sqlq_orm.tasks.middleware import TaskMiddleware
 from sqlq_orm.tasks.runner import AsyncTaskRunner, TaskRunner
-from sqlq_orm.tasks.signature import TaskSignature
+from sqlq_orm.tasks.signature import ARGUMENTS_DO_NOT_BIND, TaskSignature
 from sqlq_orm.tasks.task import KeyOption, Task, TaskOptions
 from sqlq_orm.worker.handlers import (
     AsyncJobContext,
@@ -46,6 +48,11 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+log = logging.getLogger("sqlq_orm.tasks")
+
+DRIFT_CHECK_LIMIT = 1000
+"""Stored payloads a worker checks per task at start-up (the oldest unfinished first)."""
 
 
 class TaskDecorator:
@@ -278,6 +285,25 @@ class TaskRegistry(HandlerRegistry):
         runner.task = task
         self._tasks[task_name] = task
         return task
+
+    def worker_starting(self, queue: Any) -> None:
+        """Warn, once per task, about queued jobs whose stored arguments no longer bind
+        to the task's signature (a deploy changed it): they would fail one by one with
+        ``ARGUMENTS_DO_NOT_BIND``. Reads at most :data:`DRIFT_CHECK_LIMIT` payloads per
+        task; ``sqlq check --handlers`` reads them all."""
+        if not self._tasks:
+            return
+        for drift in find_drift(queue, self, limit=DRIFT_CHECK_LIMIT, tasks_only=True):
+            log.warning(
+                "task %s: %d unfinished job(s) (of the oldest %d checked) whose stored "
+                "arguments no longer bind to its signature; they will fail with %s (e.g. "
+                "%s). See sqlq check --handlers",
+                drift.type,
+                drift.count,
+                DRIFT_CHECK_LIMIT,
+                ARGUMENTS_DO_NOT_BIND,
+                "; ".join(f"job {job_id}: {why}" for job_id, why in drift.examples[:2]),
+            )
 
     def get_task(self, name: str) -> Task[Any, Any] | None:
         """The task of type ``name``, or None."""

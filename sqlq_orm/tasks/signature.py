@@ -193,6 +193,25 @@ class TaskSignature:
         bound = inspect.BoundArguments(self.signature, arguments)
         return list(bound.args), dict(bound.kwargs)
 
+    def named_arguments(self, payload: Any) -> list[tuple[str, Any, bool]] | None:
+        """A stored payload as ``(name, value, is_default)`` in the signature's order,
+        values as stored (JSON); None if it is not a mapping of this task's arguments.
+        Parameters the payload leaves out show their defaults."""
+        if not isinstance(payload, Mapping):
+            return None
+        named: list[tuple[str, Any, bool]] = []
+        for name, parameter in self.parameters.items():
+            if name in payload:
+                named.append((name, payload[name], False))
+            elif parameter.default is not parameter.empty:
+                named.append((name, parameter.default, True))
+        named += [
+            (name, value, False)
+            for name, value in payload.items()
+            if name not in self.parameters and name != META_KEY
+        ]
+        return named
+
     def check_payload(self, payload: Any) -> str | None:
         """Why a stored ``payload`` would not bind, or None (for the drift check)."""
         try:

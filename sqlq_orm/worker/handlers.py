@@ -72,6 +72,11 @@ class HandlerRegistry:
         for job_type, function in (handlers or {}).items():
             self.register(job_type, function)
 
+    def worker_starting(self, queue: Any) -> None:
+        """Called once by a :class:`~sqlq_orm.Worker` as it starts with this registry,
+        after it registered itself; does nothing here. A
+        :class:`~sqlq_orm.TaskRegistry` warns about stored jobs its tasks cannot run."""
+
     def set_lease_seconds(self, job_type: str, seconds: int) -> None:
         """Hold ``job_type``'s jobs with leases of ``seconds`` instead of the worker's
         ``lease_seconds`` (a task's ``lease=``): its heartbeats renew them for that long,

@@ -255,6 +255,10 @@ class Worker:
             self.worker_id, ",".join(self.queues), self.concurrency, self.lease_seconds,
             self.heartbeat_interval, ",".join(self.handlers.types) or "(none)",
         )  # fmt: skip
+        try:
+            self.handlers.worker_starting(self.queue)
+        except Exception:  # noqa: BLE001 - a start-up check must not keep a worker down
+            log.exception("the handler registry's start-up check failed; starting anyway")
         self._heartbeat.start()
         self._scheduling.start()
         self._completer = Completer(

@@ -94,6 +94,25 @@ def test_enqueue_then_show_prints_the_job_and_its_timeline(migrated_url):
     assert "ENQUEUED" in shown.stdout
 
 
+def test_show_with_handlers_prints_a_tasks_arguments_by_name_and_its_result(migrated_url):
+    handlers = "tests.support.tasks_for_tests:registry"
+    job_id = sqlq("--db", migrated_url, "enqueue", "report.render", "--handlers", handlers,
+                  "--payload", '{"draft": true, "month": "2026-11"}').stdout.strip()  # fmt: skip
+    sqlq("--db", migrated_url, "worker", "--handlers", handlers, "--burst", "--poll", "0.1")
+
+    shown = sqlq("--db", migrated_url, "show", job_id, "--handlers", handlers)
+    as_json = sqlq("--db", migrated_url, "show", job_id, "--handlers", handlers, "--json")
+    without = sqlq("--db", migrated_url, "show", job_id)
+
+    assert shown.returncode == 0, shown.stderr
+    assert '  arguments month="2026-11" pages=10 (default) draft=true\n' in shown.stdout
+    assert '  result {"pages":10}' in shown.stdout
+    assert json.loads(as_json.stdout)["arguments"] == {
+        "month": "2026-11", "pages": 10, "draft": True,
+    }  # fmt: skip
+    assert "arguments" not in without.stdout  # without the registry: the payload only
+
+
 def test_show_lists_a_jobs_parents_and_children(migrated_url):
     parent = sqlq("--db", migrated_url, "enqueue", "fetch").stdout.strip()
     child = sqlq("--db", migrated_url, "enqueue", "report", "--depends-on", parent,

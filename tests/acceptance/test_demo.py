@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -29,6 +30,7 @@ def test_demo_recovers_the_killed_job_and_fails_the_poison_job(tmp_path):
     assert re.search(r"\b1[0-9]{9}\b", report) is None, "an epoch number in the report"
     assert "expired at 20" in report and "run_at=20" in report  # times people can read
     assert "nothing left behind: 0 running, 0 claimed" in report
+    assert "EXCEPTION:KEY_ERROR" in report  # the buggy task's code, named after its class
     engine = sqlq_orm.create_engine(f"sqlite:///{tmp_path / 'demo.db'}")
     assert migrate.current(engine), "the demo database was not built by the migrations"
     queue = sqlq_orm.Queue(engine)
@@ -36,6 +38,11 @@ def test_demo_recovers_the_killed_job_and_fails_the_poison_job(tmp_path):
     assert [e.event for e in victim.events].count("RECOVERED") == 1
     assert [a.status for a in victim.attempts] == ["FAILED", "SUCCEEDED"]
     assert sum(queue.counts_by_status().values()) == 60
+    # The jobs are task calls: arguments by name, and a task's return value as its result.
+    resized = [job for job in map(queue.get_job, range(3, 13)) if job.type == "resize_image"]
+    assert resized and all(set(json.loads(job.payload)) == {"image", "ms"} for job in resized)
+    done = next(job for job in resized if job.status == "SUCCEEDED")
+    assert queue.result(done.id).startswith("file:///thumbnails/photo-")
 
 
 @pytest.mark.mariadb

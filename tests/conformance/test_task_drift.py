@@ -5,8 +5,10 @@ type with counts, before they fail one by one on the workers; finished jobs are 
 from __future__ import annotations
 
 import json
+import logging
 
 import sqlq_orm
+import sqlq_orm.tasks.registry
 from sqlq_orm.tasks.drift import find_drift
 from tests.acceptance.test_cli import sqlq
 from tests.support.tasks_for_tests import registry, send_email
@@ -37,6 +39,34 @@ def test_drift_lists_jobs_the_registry_cannot_run_as_stored(engine):
     assert [job_id for job_id, _ in stale.examples] == [ids["stale"], ids["renamed"]]
     assert "missing a required argument: 'subject'" in stale.examples[0][1]
     assert "no parameter 'cc'" in stale.examples[1][1]
+
+
+def test_a_worker_starting_warns_once_per_task_whose_stored_jobs_no_longer_bind(
+    engine, caplog, monkeypatch
+):
+    queue = sqlq_orm.Queue(engine)
+    ids = seed(queue)
+    worker = sqlq_orm.Worker(
+        queue, registry, queues=["elsewhere"], burst=True, install_signal_handlers=False,
+        sweep_interval=None, run_schedules=False,
+    )  # fmt: skip
+
+    with caplog.at_level(logging.WARNING, logger="sqlq_orm.tasks"):
+        worker.run()
+
+    warnings = [r.getMessage() for r in caplog.records if r.name == "sqlq_orm.tasks"]
+    assert len(warnings) == 1, warnings  # the task's drift; not the other worker's type
+    assert warnings[0].startswith("task mail.send: 2 unfinished job(s)")
+    assert f"job {ids['stale']}: " in warnings[0]
+    assert "INVALID_INPUT:ARGUMENTS_DO_NOT_BIND" in warnings[0]
+
+    # Bounded: reading the two oldest (one fits, one does not), one is found.
+    monkeypatch.setattr(sqlq_orm.tasks.registry, "DRIFT_CHECK_LIMIT", 2)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="sqlq_orm.tasks"):
+        registry.worker_starting(queue)
+    (bounded,) = [r.getMessage() for r in caplog.records if r.name == "sqlq_orm.tasks"]
+    assert "1 unfinished job(s) (of the oldest 2 checked)" in bounded
 
 
 def test_sqlq_check_handlers_reports_drift_and_exits_1(db_url):

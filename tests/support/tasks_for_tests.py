@@ -15,3 +15,9 @@ def send_email(to: str, subject: str) -> None:
 @registry.handler("plain")
 def plain(ctx: object) -> None:
     pass
+
+
+@registry.task(name="report.render")
+def render_report(month: str, pages: int = 10, *, draft: bool = False) -> dict[str, int]:
+    """Returns a result: ``sqlq show`` shows it beside the arguments."""
+    return {"pages": pages}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from sqlq_orm.ops.render.text import Paint, human_seconds, printable, table, to_json, utc
@@ -44,8 +45,28 @@ def _offset(ts: int | None, origin: int) -> str:
     return ("+" if ts >= origin else "") + human_seconds(ts - origin)
 
 
-def render_timeline_text(timeline: JobTimeline, *, color: bool = False) -> str:
-    """One job at a glance: its state, its attempts, then every event in order."""
+def render_arguments(arguments: Sequence[tuple[str, Any, bool]]) -> str:
+    """A task call's arguments as ``name=value`` (JSON values), a default marked
+    ``(default)``: what ``sqlq show --handlers`` prints for a task's job."""
+    shown = " ".join(
+        f"{name}={json.dumps(value, ensure_ascii=False, separators=(',', ':'), default=repr)}"
+        + (" (default)" if is_default else "")
+        for name, value, is_default in arguments
+    )
+    shown = printable(shown)
+    return shown[:399] + "…" if len(shown) > 400 else shown
+
+
+def render_timeline_text(
+    timeline: JobTimeline,
+    *,
+    color: bool = False,
+    arguments: Sequence[tuple[str, Any, bool]] | None = None,
+) -> str:
+    """One job at a glance: its state, its attempts, then every event in order.
+
+    ``arguments`` (a task's job: ``(name, value, is_default)`` in the signature's
+    order) adds a line showing them as named parameters."""
     paint = Paint(color)
     job, now = timeline.job, timeline.now
     origin = job.created_at
@@ -69,6 +90,8 @@ def render_timeline_text(timeline: JobTimeline, *, color: bool = False) -> str:
         f"max_runtime {max_runtime}",
         f"  payload {payload}",
     ]
+    if arguments is not None:
+        lines.append(f"  arguments {render_arguments(arguments)}")
     if job.result is not None:
         shown = (
             job.result
