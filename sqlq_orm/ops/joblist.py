@@ -15,11 +15,12 @@ selection) applies to, capped at :data:`MAX_SELECTION`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import String, func, literal, literal_column, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement, Select
 
@@ -27,6 +28,7 @@ from sqlq_orm.core import validation
 from sqlq_orm.db.context import HasContext, QueueContext, context_of
 from sqlq_orm.db.tables import Tables
 from sqlq_orm.errors import InvalidInput
+from sqlq_orm.schema.json_text import JsonHasMember
 from sqlq_orm.schema.mixins import (
     DEDUPE_KEY_MAX,
     ERROR_CODE_MAX,
@@ -64,6 +66,14 @@ class JobFilter:
     """Created at or after this moment (epoch seconds)."""
     created_before: int | None = None
     """Created before this moment (epoch seconds)."""
+    args_contain: Mapping[str, Any] | None = None
+    """Jobs whose payload is a JSON object with these top-level members, each equal to
+    the given scalar (a string, a whole number, True/False or None), e.g.
+    ``{"tenant": "acme"}``: the same type and value, numbers compared as numbers; a
+    member holding a list or an object never matches. At most
+    :data:`MAX_ARGS_MEMBERS` members. On PostgreSQL this is ``payload @> :json``, which
+    an optional GIN index serves (docs/POSTGRESQL.md); elsewhere the database's JSON
+    functions read every candidate row's payload."""
 
     def __post_init__(self) -> None:
         if self.status is not None and self.status not in {s.value for s in JobStatus}:
@@ -82,6 +92,8 @@ class JobFilter:
             validation.optional_int(
                 name, getattr(self, name), minimum=0, maximum=validation.INT32_MAX
             )
+        if self.args_contain is not None:
+            _require_members(self.args_contain)
 
     @property
     def is_empty(self) -> bool:
@@ -107,7 +119,73 @@ class JobFilter:
             terms.append(j.created_at >= self.created_after)
         if self.created_before is not None:
             terms.append(j.created_at < self.created_before)
+        for key, value in (self.args_contain or {}).items():
+            terms.append(
+                JsonHasMember(
+                    j.payload,
+                    literal(key, String()),
+                    literal(json.dumps({key: value}, ensure_ascii=False), String()),
+                    literal(value),
+                    literal_column(_member_kind(value)),
+                )
+            )
         return terms
+
+
+MAX_ARGS_MEMBERS = 20
+"""Members one ``args_contain`` filter may name."""
+_MEMBER_KEY_MAX = 200
+
+
+def _member_kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "string" if isinstance(value, str) else "number"
+
+
+def _require_members(members: object) -> None:
+    """``args_contain``: a non-empty mapping of plain keys to strings, whole numbers,
+    booleans or None (InvalidInput naming the offending member otherwise)."""
+    if not isinstance(members, Mapping) or not members:
+        raise InvalidInput(
+            "args_contain must be a non-empty mapping of payload keys to values, e.g. "
+            f'{{"tenant": "acme"}}; got {validation.short(members)}'
+        )
+    if len(members) > MAX_ARGS_MEMBERS:
+        raise InvalidInput(
+            f"args_contain may name at most {MAX_ARGS_MEMBERS} members, got {len(members)}"
+        )
+    for key, value in members.items():
+        if (
+            not isinstance(key, str)
+            or not key
+            or len(key) > _MEMBER_KEY_MAX
+            or any(char in key for char in '"\\')
+            or any(ord(char) < 32 for char in key)
+        ):
+            raise InvalidInput(
+                f"args_contain keys must be non-empty strings of at most {_MEMBER_KEY_MAX} "
+                "characters without quotes, backslashes or control characters; got "
+                f"{validation.short(key)}"
+            )
+        if isinstance(value, str):
+            if "\x00" in value:
+                raise InvalidInput(
+                    f"args_contain[{key!r}] must not contain NUL, got {validation.short(value)}"
+                )
+        elif isinstance(value, int) and not isinstance(value, bool):
+            if not validation.INT64_MIN <= value <= validation.INT64_MAX:
+                raise InvalidInput(
+                    f"args_contain[{key!r}] must fit in 64 bits, got {validation.short(value)}"
+                )
+        elif value is not None and not isinstance(value, bool):
+            raise InvalidInput(
+                f"args_contain[{key!r}] must be a string, a whole number, True, False or "
+                f"None (a float's equality differs between databases; a list or object "
+                f"is not searched), got {validation.short(value)}"
+            )
 
 
 @dataclass(frozen=True)
@@ -196,16 +274,19 @@ def list_jobs(
     *,
     before: int | None = None,
     limit: int = DEFAULT_PAGE_SIZE,
+    scan_chunks: int | None = None,
 ) -> JobPage:
     """The newest jobs with an id below ``before`` (all ids when None) that match.
 
     ``queue`` is a :class:`~sqlq_orm.Queue` or its context. At most ``limit`` jobs
-    (1 to :data:`MAX_PAGE_SIZE`); see the module for how the scan is bounded. Bad
-    arguments raise :class:`~sqlq_orm.errors.InvalidInput`.
+    (1 to :data:`MAX_PAGE_SIZE`); see the module for how the scan is bounded
+    (``scan_chunks`` ranges of :data:`SCAN_CHUNK` ids at most; default
+    :data:`MAX_SCAN_CHUNKS`). Bad arguments raise :class:`~sqlq_orm.errors.InvalidInput`.
     """
     job_filter = job_filter or JobFilter()
     limit = validation.require_int("limit", limit, minimum=1, maximum=MAX_PAGE_SIZE)
     before = validation.optional_int("before", before, minimum=1)
+    chunks = validation.optional_int("scan_chunks", scan_chunks, minimum=1)
     context = context_of(queue)
     q = JobListQueries(context.tables)
     where = job_filter.conditions(context.tables)
@@ -214,7 +295,7 @@ def list_jobs(
         if lowest is None:
             return JobPage(jobs=[], next_before=None)
         high = int(highest) if before is None else min(int(highest), before - 1)
-        return _scan(connection, q, where, int(lowest), high, limit)
+        return _scan(connection, q, where, int(lowest), high, limit, chunks or MAX_SCAN_CHUNKS)
 
 
 def _scan(
@@ -224,10 +305,11 @@ def _scan(
     lowest: int,
     high: int,
     limit: int,
+    chunks: int,
 ) -> JobPage:
     jobs: list[JobSummary] = []
     low = high + 1
-    for _ in range(MAX_SCAN_CHUNKS):
+    for _ in range(chunks):
         if high < lowest:
             break
         low = max(lowest, high - SCAN_CHUNK + 1)
@@ -292,3 +374,41 @@ def count_matching(
     where.append(context.tables.jobs.c.status.in_(list(statuses)))
     with context.read() as connection:
         return int(connection.execute(q.count(where)).scalar_one())
+
+
+@dataclass(frozen=True)
+class RecentCount:
+    """How many jobs match among the newest ones (:func:`count_recent`)."""
+
+    count: int
+    """Matches found, at most ``cap + 1`` (``cap + 1`` reads "more than ``cap``")."""
+    scanned_all: bool
+    """Every job was looked at (else only the newest ``scan`` ids were)."""
+
+
+def count_recent(
+    queue: QueueContext | HasContext,
+    job_filter: JobFilter,
+    *,
+    cap: int = MAX_COUNTED,
+    scan: int = SCAN_CHUNK,
+) -> RecentCount:
+    """How many of the newest ``scan`` ids match ``job_filter``, counting no further
+    than ``cap + 1``: a list's total at a cost bounded like its page's, whatever the
+    filter (a rare match no index serves would otherwise count the whole table)."""
+    cap = validation.require_int("cap", cap, minimum=1, maximum=validation.INT32_MAX)
+    scan = validation.require_int("scan", scan, minimum=1, maximum=validation.INT32_MAX)
+    context = context_of(queue)
+    q = JobListQueries(context.tables)
+    j = context.tables.jobs.c
+    where = job_filter.conditions(context.tables)
+    with context.read() as connection:
+        lowest, highest = connection.execute(q.id_bounds()).one()
+        if lowest is None:
+            return RecentCount(count=0, scanned_all=True)
+        low = max(int(lowest), int(highest) - scan + 1)
+        found = (
+            select(j.id).where(*where, j.id >= low, j.id <= int(highest)).limit(cap + 1).subquery()
+        )
+        count = int(connection.execute(select(func.count()).select_from(found)).scalar_one())
+    return RecentCount(count=count, scanned_all=low == int(lowest) or count > cap)

@@ -100,10 +100,10 @@ class Claiming(QueueCore):
                 # statement each for the whole batch.
                 history = {"p_ids": [lease.job_id for lease in leases], "p_lease_seconds": seconds}
                 if start:
-                    connection.execute(self.sql.open_attempts_of_batch, history)
-                    connection.execute(self.sql.claim_and_start_events_of_batch, history)
+                    self.sql.execute(connection, self.sql.open_attempts_of_batch, history)
+                    self.sql.execute(connection, self.sql.claim_and_start_events_of_batch, history)
                 else:
-                    connection.execute(self.sql.claim_events_of_batch, history)
+                    self.sql.execute(connection, self.sql.claim_events_of_batch, history)
         leases.sort(key=lambda lease: lease.job_id)
         return leases
 

@@ -92,7 +92,9 @@ class Enqueueing(Dependencies):
             "p_queue": queue,
             "p_type": type,
             "p_priority": priority,
-            "p_payload": validation.encode_payload(payload, self.payload_max_bytes),
+            "p_payload": self._storable_json(
+                "payload", validation.encode_payload(payload, self.payload_max_bytes)
+            ),
             "p_payload_ref": payload_ref,
             "p_dedupe_key": dedupe_key,
             "p_run_at": absolute_run_at,

@@ -115,6 +115,8 @@ class JobFailure:
     error_code: str
     error_detail: str | None = None
     retryable: bool = True
+    retry_in: float | None = None
+    """Seconds before the retry (if there is one), instead of the queue's retry policy."""
 
 
 @dataclass(frozen=True)

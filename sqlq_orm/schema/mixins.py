@@ -45,6 +45,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, declared_attr, mapped_column, relationship
 from sqlalchemy.sql.elements import conv
 
+from sqlq_orm.schema.json_text import JsonText
 from sqlq_orm.schema.registry import remember_job_model
 from sqlq_orm.schema.states import ACTIVE, HELD, TERMINAL, AttemptStatus, Event, JobStatus
 
@@ -114,8 +115,9 @@ class JobMixin:
     status: Mapped[str] = mapped_column(String(16), default=JobStatus.QUEUED.value)
     priority: Mapped[int] = mapped_column(Integer, default=0)
     # JSON text written by the service, so the size cap is measured on what is
-    # stored and a corrupted value can be detected and reported per job.
-    payload: Mapped[str | None] = mapped_column(Text)
+    # stored and a corrupted value can be detected and reported per job; held in the
+    # database's JSON type (JSONB on PostgreSQL, since sqlq_0010) so it can be searched.
+    payload: Mapped[str | None] = mapped_column(JsonText)
     payload_ref: Mapped[str | None] = mapped_column(String(REF_MAX))
     result_ref: Mapped[str | None] = mapped_column(String(REF_MAX))
     dedupe_key: Mapped[str | None] = mapped_column(String(DEDUPE_KEY_MAX))
@@ -157,9 +159,11 @@ class JobMixin:
     # at once (enforced by the claim; both NULL for a job without a limit).
     concurrency_key: Mapped[str | None] = mapped_column(String(CONCURRENCY_KEY_MAX))
     concurrency_limit: Mapped[int | None] = mapped_column(Integer)
-    # Last, as sqlq_0007 added it. What a handler returned as a JobResult (a task's
+    # After them, as sqlq_0007 added it. What a handler returned as a JobResult (a task's
     # return value): JSON text, capped like the payload; NULL when it returned none.
-    result: Mapped[str | None] = mapped_column(Text)
+    # The database's JSON type like the payload (sqlq_0010): the same text, the same
+    # guarantees, and a result is as worth searching as an argument.
+    result: Mapped[str | None] = mapped_column(JsonText)
     # After it, as sqlq_0011 added them. In a queue with a rate limit, the limit
     # counts starts per rate_key (NULL: the queue's one shared bucket); rate_started_at
     # is when the claim last started the job under that limit (NULL elsewhere).

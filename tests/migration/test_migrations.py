@@ -8,6 +8,7 @@ see an index's DESC or WHERE, the migrated schema is compared with the one
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -23,12 +24,12 @@ from sqlalchemy import func, select
 
 import sqlq_orm
 from alembic import command
-from sqlq_orm import migrate
+from sqlq_orm import SqlqError, migrate
 from sqlq_orm.migrations import MIGRATIONS_DIR, VERSION_TABLE, VERSIONS_DIR
 from sqlq_orm.schema.models import Base, Job, JobAttempt, JobEvent
 from tests.support import factories
 from tests.support.faultkit import drop_index_sql
-from tests.support.old_rows import seed_0001_history
+from tests.support.old_rows import insert_old_jobs, seed_0001_history
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SQLQ_TABLES = set(Base.metadata.tables)
@@ -357,6 +358,78 @@ def test_upgrade_to_rate_limits_with_jobs_in_place_keeps_them_and_limits(db_url,
     migrate.upgrade(db_url)
     assert migrate.check(db_url) == []
     assert held.created
+
+
+def test_upgrade_to_json_payloads_with_jobs_in_place_keeps_every_payload(db_url, clock):
+    before = ScriptDirectory.from_config(migrate.config()).get_revision("sqlq_0010").down_revision
+    migrate.upgrade(db_url, str(before))
+    payloads = [{"b": 1, "a": [1.5, None, True]}, "ünï ✓ 🚀", [], {"nested": {"k": "v"}}, 7]
+    # Written as the release before sqlq_0010 wrote them (today's Queue names columns
+    # that later revisions add): compact JSON text, the first job SUCCEEDED with a result.
+    texts = [json.dumps(payload, separators=(",", ":"), ensure_ascii=False) for payload in payloads]
+    ids = insert_old_jobs(db_url, texts)
+    engine = sqlalchemy.create_engine(db_url)
+    with engine.begin() as connection:
+        connection.execute(
+            sqlalchemy.text(
+                "UPDATE sqlq_jobs SET status = 'SUCCEEDED', finished_at = :t, result = :result"
+                " WHERE id = :id"
+            ),
+            {"t": 1_700_000_001, "result": '{"done":[1,2]}', "id": ids[0]},
+        )
+    engine.dispose()
+
+    migrate.upgrade(db_url)
+
+    assert migrate.check(db_url) == []
+    engine = sqlq_orm.create_engine(db_url)
+    queue = sqlq_orm.Queue(engine, clock=clock)
+    assert [json.loads(queue.get_job(n).payload) for n in ids] == payloads
+    assert json.loads(queue.get_job(ids[0]).result) == {"done": [1, 2]}
+    leases = queue.claim("w", limit=10)
+    assert [lease.payload for lease in leases] == payloads[1:]
+    with engine.connect() as connection:
+        assert sqlq_orm.migrations.standing.PROBES["sqlq_0010"](connection)
+    engine.dispose()
+    migrate.downgrade(db_url, str(before))
+    engine = sqlq_orm.create_engine(db_url)
+    with engine.connect() as connection:
+        kept = dict(connection.execute(select(Job.id, Job.payload)).all())
+        assert sqlq_orm.migrations.standing.PROBES["sqlq_0010"](connection) == (
+            engine.dialect.name == "sqlite"
+        )
+    engine.dispose()
+    assert [json.loads(kept[n]) for n in ids] == payloads
+    migrate.upgrade(db_url)
+    assert migrate.check(db_url) == []
+
+
+def test_upgrade_to_json_payloads_refuses_rows_it_cannot_convert_and_changes_nothing(db_url):
+    before = ScriptDirectory.from_config(migrate.config()).get_revision("sqlq_0010").down_revision
+    migrate.upgrade(db_url, str(before))
+    engine = sqlq_orm.create_engine(db_url)
+    if engine.dialect.name == "sqlite":
+        engine.dispose()
+        pytest.skip("SQLite keeps TEXT: sqlq_0010 converts nothing there")
+    engine.dispose()
+    good, bad = insert_old_jobs(db_url, ['{"ok":1}', '{"n":1}'])
+    engine = sqlq_orm.create_engine(db_url)
+    # What the column held as TEXT and its JSON type refuses: PostgreSQL's JSONB cannot
+    # store NUL, MariaDB's JSON (which can) must be valid JSON.
+    unconvertible = '{"bytes": "a\\u0000b"}' if engine.dialect.name == "postgresql" else '{"n": 1'
+    with engine.begin() as connection:
+        connection.execute(
+            sqlalchemy.text("UPDATE sqlq_jobs SET payload = :bad WHERE id = :id"),
+            {"bad": unconvertible, "id": bad},
+        )
+    engine.dispose()
+
+    with pytest.raises(SqlqError, match=rf"sqlq_0010 cannot convert .* jobs \[{bad}\]"):
+        migrate.upgrade(db_url)
+
+    assert migrate.current(db_url) == {str(before)}
+    assert count(db_url, Job) == 2
+    assert good != bad
 
 
 def test_upgrade_accepts_a_host_apps_engine(db_url):

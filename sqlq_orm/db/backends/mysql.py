@@ -430,6 +430,9 @@ for _dialect in DIALECTS:
 
 def _backend(name: str) -> Backend:
     return Backend(
+        # MariaDB's JSON is LONGTEXT with a JSON_VALID check, and reflects as LONGTEXT;
+        # MySQL's is its own type. Before sqlq_0010 the column was TEXT.
+        json_column_types=frozenset({"JSON", "LONGTEXT"}),
         name=name,
         title="MariaDB" if name == "mariadb" else "MySQL",
         insert=_insert,

@@ -194,7 +194,12 @@ class EnqueueStatements(StatementGroup):
         """Run a dedupe insert: the new job's id, or None when a live job holds its key."""
         is_duplicate_key = self.dialect.is_duplicate_key
         if is_duplicate_key is None:
-            job_id = connection.execute(statement, params).scalar_one_or_none()
+            if statement is self.insert_job or statement is self.insert_job_unless_duplicate:
+                # Prebuilt (not extended with a host app's columns for this call).
+                result = self.execute(connection, statement, params)
+            else:
+                result = connection.execute(statement, params)
+            job_id = result.scalar_one_or_none()
             return None if job_id is None else int(job_id)
         savepoint = connection.begin_nested()
         try:

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "sqlq_0011"
-down_revision: str | Sequence[str] | None = "sqlq_0009"
+down_revision: str | Sequence[str] | None = "sqlq_0010"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
