@@ -1,4 +1,4 @@
-"""``sqlq queue pause|resume|list`` and ``sqlq jobs cancel|retry|discard``: the
+"""``sqlq queue pause|resume|limit|unlimit|list`` and ``sqlq jobs cancel|retry|discard``: the
 operator's controls over whole queues and over jobs chosen by a filter.
 
 Each is a plain function like the other commands (see :mod:`sqlq_orm.cli.commands`);
@@ -33,9 +33,36 @@ def queue_resume(db: str | None, name: str, models: str | None = None) -> int:
     return 0
 
 
+def queue_limit(
+    db: str | None, name: str, max_starts: int, per_seconds: int, models: str | None = None
+) -> int:
+    """Rate-limit a queue: at most MAX job starts per SECONDS, per rate key, on every worker."""
+    open_queue(db, models=models).set_rate_limit(name, max_starts, per_seconds, actor=CLI_ACTOR)
+    print(printable(f"queue {name}: at most {max_starts} starts per {per_seconds} s per rate key"))
+    return 0
+
+
+def queue_unlimit(db: str | None, name: str, models: str | None = None) -> int:
+    """Remove a queue's rate limit: its waiting jobs start as workers have room."""
+    changed = open_queue(db, models=models).clear_rate_limit(name, actor=CLI_ACTOR)
+    print(
+        printable(
+            f"removed the rate limit of queue {name}"
+            if changed
+            else f"queue {name} had no rate limit"
+        )
+    )
+    return 0
+
+
+def rate_text(limit: int | None, period: int | None) -> str:
+    """A queue's rate limit as ``N/Ss`` (empty without one)."""
+    return "" if limit is None else f"{limit}/{period}s"
+
+
 def queue_list(db: str | None, output: str = "text", models: str | None = None) -> int:
-    """List the queues (those with jobs, and those ever paused): paused or running, and
-    their jobs waiting and in progress."""
+    """List the queues (those with jobs, and those ever paused or rate-limited): paused
+    or running, their rate limit, and their jobs waiting and in progress."""
     queue = open_queue(db, models=models, refuse_newer_schema=False)
     states = {state.name: state for state in queue.queue_states()}
     by_queue = queue.stats(top_n=1, stuck_limit=1).counts.by_queue
@@ -49,6 +76,8 @@ def queue_list(db: str | None, output: str = "text", models: str | None = None) 
                 "paused": bool(state and state.paused),
                 "paused_at": state.paused_at if state else None,
                 "changed_by": state.changed_by if state else None,
+                "rate_limit": state.rate_limit if state else None,
+                "rate_period": state.rate_period if state else None,
                 "queued": counts.get("QUEUED", 0) + counts.get("WAITING", 0),
                 "in_progress": counts.get("CLAIMED", 0) + counts.get("RUNNING", 0),
             }
@@ -61,19 +90,20 @@ def queue_list(db: str | None, output: str = "text", models: str | None = None) 
         return 0
     print(
         table(
-            ["QUEUE", "STATE", "SINCE", "BY", "QUEUED", "IN PROGRESS"],
+            ["QUEUE", "STATE", "SINCE", "BY", "RATE LIMIT", "QUEUED", "IN PROGRESS"],
             [
                 [
                     row["queue"],
                     "paused" if row["paused"] else "running",
                     "" if row["paused_at"] is None else utc(row["paused_at"]),
                     row["changed_by"] if row["paused"] else "",
+                    rate_text(row["rate_limit"], row["rate_period"]),
                     row["queued"],
                     row["in_progress"],
                 ]
                 for row in rows
             ],
-            right=(4, 5),
+            right=(5, 6),
         )
     )
     return 0

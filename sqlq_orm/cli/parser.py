@@ -38,9 +38,11 @@ from sqlq_orm.cli.controls import (
     jobs_cancel,
     jobs_discard,
     jobs_retry,
+    queue_limit,
     queue_list,
     queue_pause,
     queue_resume,
+    queue_unlimit,
     schedules_pause,
     schedules_resume,
     schedules_run,
@@ -339,12 +341,26 @@ def build_parser() -> argparse.ArgumentParser:
             )  # fmt: skip
 
     p = commands.add_parser(
-        "queue", help="Pause, resume or list queues.", parents=[common],
-        description="Pause, resume or list queues. A pause is stored in the database: "
-        "every worker skips the queue until it is resumed.",
+        "queue", help="Pause, resume, rate-limit or list queues.", parents=[common],
+        description="Pause, resume, rate-limit or list queues. A pause and a rate limit "
+        "are stored in the database: every worker obeys them.",
     )  # fmt: skip
     actions = p.add_subparsers(title="actions", metavar="ACTION", required=True)
-    for action, control in (("pause", queue_pause), ("resume", queue_resume)):
+    summary, description = command_help(queue_limit)
+    sub = actions.add_parser("limit", help=summary, description=description, parents=[common])
+    sub.set_defaults(command=queue_limit)
+    sub.add_argument("name", metavar="QUEUE", help="the queue's name")
+    sub.add_argument(
+        "--max", dest="max_starts", type=int, required=True, metavar="N",
+        help="at most N job starts per period, per rate key (>= 1)",
+    )  # fmt: skip
+    sub.add_argument(
+        "--per", dest="per_seconds", type=int, required=True, metavar="SECONDS",
+        help="the period, in whole seconds (>= 1)",
+    )  # fmt: skip
+    for action, control in (
+        ("pause", queue_pause), ("resume", queue_resume), ("unlimit", queue_unlimit),
+    ):  # fmt: skip
         summary, description = command_help(control)
         sub = actions.add_parser(action, help=summary, description=description, parents=[common])
         sub.set_defaults(command=control)

@@ -1,4 +1,4 @@
-"""``sqlq queue pause|resume|list``, run for real against every database."""
+"""``sqlq queue pause|resume|limit|unlimit|list``, run for real against every database."""
 
 from __future__ import annotations
 
@@ -42,6 +42,37 @@ def test_queue_pause_stops_claims_until_resume_and_list_shows_it(migrated_url): 
 def test_queue_pause_of_a_bad_name_is_one_error_line(migrated_url):  # noqa: F811
     line = one_error_line(sqlq("--db", migrated_url, "queue", "pause", "x" * 101))
     assert "name" in line
+
+
+def test_queue_limit_and_unlimit_are_obeyed_and_shown(migrated_url):  # noqa: F811
+    queue = queue_on(migrated_url)
+    for _ in range(3):
+        queue.enqueue("a", queue="mail")
+
+    limited = sqlq("--db", migrated_url, "queue", "limit", "mail", "--max", "2", "--per", "60")
+    listed = sqlq("--db", migrated_url, "queue", "list", "--json")
+    stats = sqlq("--db", migrated_url, "stats").stdout
+    metrics = sqlq("--db", migrated_url, "stats", "--format", "prometheus").stdout
+
+    assert (limited.returncode, limited.stdout.strip()) == (
+        0, "queue mail: at most 2 starts per 60 s per rate key",
+    )  # fmt: skip
+    (row,) = json.loads(listed.stdout)["queues"]
+    assert (row["rate_limit"], row["rate_period"]) == (2, 60)
+    assert "mail (2/60s)" in stats
+    assert 'sqlq_queue_rate_limit{queue="mail"} 2' in metrics
+    assert 'sqlq_queue_rate_period_seconds{queue="mail"} 60' in metrics
+    assert len(queue.claim("w", queues=["mail"], limit=5)) == 2
+    bad = one_error_line(
+        sqlq("--db", migrated_url, "queue", "limit", "mail", "--max", "0", "--per", "60")
+    )
+    assert "max_starts must be >= 1, got 0" in bad
+
+    unlimited = sqlq("--db", migrated_url, "queue", "unlimit", "mail")
+
+    assert unlimited.stdout.strip() == "removed the rate limit of queue mail"
+    assert len(queue.claim("w", queues=["mail"], limit=5)) == 1
+    queue.engine.dispose()
 
 
 def test_jobs_actions_by_filter_are_dry_runs_until_yes(migrated_url):  # noqa: F811

@@ -15,6 +15,8 @@ from sqlalchemy import func, select
 import sqlq_orm
 from sqlq_orm import InvalidInput, JobSpec
 from sqlq_orm.ops.invariants import check
+from sqlq_orm.ops.render.prometheus import render_stats_prometheus
+from sqlq_orm.ops.render.stats import render_stats_text
 from tests.support.aio_bridge import BlockingAsyncQueue
 from tests.support.backends import engine_for
 from tests.support.faultkit import UPDATE_JOBS_SET, Actor, PauseAfter, start_blocked
@@ -163,6 +165,21 @@ def test_enqueue_many_carries_rate_keys(queue):
     )
 
     assert [queue.get_job(job.id).rate_key for job in jobs] == ["tenant:1", "tenant:2", None]
+
+
+def test_stats_and_metrics_show_the_rate_limits(queue):
+    queue.enqueue("a")
+    queue.set_rate_limit("default", 10, 60)
+
+    stats = queue.stats()
+
+    assert stats.rate_limits == {"default": (10, 60)}
+    text = render_stats_text(stats)
+    assert "default (10/60s)" in text
+    assert "rate-limited queues (starts per period, per rate key): default 10/60s" in text
+    metrics = render_stats_prometheus(stats)
+    assert 'sqlq_queue_rate_limit{queue="default"} 10' in metrics
+    assert 'sqlq_queue_rate_period_seconds{queue="default"} 60' in metrics
 
 
 @pytest.mark.parametrize(

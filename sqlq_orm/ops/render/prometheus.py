@@ -97,6 +97,16 @@ def stats_gauges(stats: QueueStats) -> list[GaugeFamily]:
         "1 for each queue an operator paused (no job of it starts until resumed).",
         (({"queue": name}, 1) for name in stats.paused_queues),
     )
+    out.metric(
+        "sqlq_queue_rate_limit",
+        "Job starts a rate-limited queue allows per period, per rate key.",
+        (({"queue": name}, limit) for name, (limit, _period) in stats.rate_limits.items()),
+    )
+    out.metric(
+        "sqlq_queue_rate_period_seconds",
+        "The period of a rate-limited queue's limit, in seconds.",
+        (({"queue": name}, period) for name, (_limit, period) in stats.rate_limits.items()),
+    )
     oldest = stats.oldest_held[0].silent_seconds if stats.oldest_held else 0
     out.metric(
         "sqlq_oldest_in_progress_silent_seconds",

@@ -62,6 +62,13 @@ def render_stats_text(stats: QueueStats, *, color: bool = False) -> str:
             f"paused queues (no job of theirs starts): {', '.join(stats.paused_queues)}",
             "yellow",
         )
+    if stats.rate_limits:
+        limits = ", ".join(
+            f"{name} {limit}/{period}s" for name, (limit, period) in stats.rate_limits.items()
+        )
+        header += "\n" + paint(
+            f"rate-limited queues (starts per period, per rate key): {limits}", None
+        )
     sections = [
         header,
         _section_counts(stats, paint),
@@ -85,6 +92,9 @@ def _section_counts(stats: QueueStats, paint: Paint) -> str:
     queue_rows = []
     for name, statuses in counts.by_queue.items():
         shown = f"{name} (paused)" if name in paused else name
+        if name in stats.rate_limits:
+            limit, period = stats.rate_limits[name]
+            shown += f" ({limit}/{period}s)"
         row: list[Any] = [
             shown,
             *(statuses.get(s, 0) for s in STATUS_ORDER),

@@ -99,6 +99,15 @@ def collect_stats(
         retention = _retention(connection, q, policy, counts)
         paused = q.paused_queues()
         paused_queues = [] if paused is None else sorted(connection.execute(paused).scalars())
+        limited = q.rate_limits()
+        rate_limits = (
+            {}
+            if limited is None
+            else {
+                name: (int(limit), int(period))
+                for name, limit, period in sorted(connection.execute(limited).all())
+            }
+        )
 
     return QueueStats(
         now=now,
@@ -120,6 +129,7 @@ def collect_stats(
         retention=retention,
         worker_stale_seconds=worker_stale_seconds,
         paused_queues=paused_queues,
+        rate_limits=rate_limits,
     )
 
 

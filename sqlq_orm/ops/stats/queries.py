@@ -58,6 +58,14 @@ class StatsQueries:
             return None
         return select(queues.c.name).where(queues.c.paused_at.is_not(None))
 
+    def rate_limits(self) -> Select[Any] | None:
+        """The rate-limited queues with their limits; None without a control table."""
+        queues = self.tables.queues
+        if queues is None:
+            return None
+        q = queues.c
+        return select(q.name, q.rate_limit, q.rate_period).where(q.rate_limit.is_not(None))
+
     def counts_by_type(self) -> Select[Any]:
         """Covered by ``ix_*_type_status`` (type, status): an index-only scan."""
         j = self.tables.jobs.c

@@ -237,6 +237,8 @@ class QueueStats:
     worker_stale_seconds: int = DEFAULT_WORKER_STALE_SECONDS
     paused_queues: list[str] = field(default_factory=list)
     """Queues an operator paused (:meth:`Queue.pause_queue`): no worker starts their jobs."""
+    rate_limits: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Rate-limited queues (:meth:`Queue.set_rate_limit`): name -> (starts, per seconds)."""
 
     @property
     def oldest_ready_latency_seconds(self) -> int:
