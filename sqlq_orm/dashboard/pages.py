@@ -38,6 +38,7 @@ from sqlq_orm.ops.joblist import (
 )
 from sqlq_orm.ops.render.text import STATUS_ORDER
 from sqlq_orm.ops.stats import QueueStats, collect_workers
+from sqlq_orm.ops.table_sizes import TableSizes
 from sqlq_orm.ops.timeline import job_timeline
 from sqlq_orm.ops.worker_detail import worker_detail
 from sqlq_orm.queue.queue import Queue
@@ -147,6 +148,14 @@ def filter_params(job_filter: JobFilter) -> dict[str, str]:
     return {k: v for k, v in values.items() if v is not None}
 
 
+def index_counts(job_filter: JobFilter) -> bool:
+    """Whether a status-leading index alone serves the filter's count: a status, with
+    at most an error code (``ix_*_finished``, ``ix_*_failed_code``). Capped, that count
+    reads at most ``MAX_COUNTED + 1`` index entries, however large the table."""
+    rest = {k: v for k, v in job_filter.__dict__.items() if v is not None}
+    return "status" in rest and set(rest) <= {"status", "error_code"}
+
+
 CHART_RANGES = {
     # name: (window seconds, buckets): 2 min, 30 min and 4 h bars.
     "1h": (3600, 30),
@@ -213,10 +222,12 @@ class Pages:
         report: SharedAnswer[QueueStats] | None = None,
         *,
         runnable: set[str] | None = None,
+        sizes: SharedAnswer[TableSizes] | None = None,
     ) -> None:
         self.queue = queue
         self.render = renderer
         self.runnable = runnable or set()
+        self.sizes = sizes
         """The schedules the host declared to the dashboard: the ones it can run now."""
         # The whole stats report, shared by every tab (see sqlq_orm.dashboard.cache).
         self.report = report or SharedAnswer(lambda: queue.stats(), fresh_seconds=0)
@@ -244,6 +255,7 @@ class Pages:
             stats=stats,
             statuses=STATUS_ORDER,
             queue_controls=self.queue.tables.queues is not None,
+            sizes=None if self.sizes is None else self.sizes.peek(),
             **history_charts(history, range_name),
         )
 
@@ -266,6 +278,9 @@ class Pages:
                     # total (of the newest ids the scan read, when it stopped early).
                     total = RecentCount(len(page.jobs), scanned_all=not page.stopped_early)
                     return page, total, SCAN_CHUNK * PAGE_SCAN_CHUNKS
+                if index_counts(job_filter):
+                    count = count_capped(self.queue, job_filter, cap=MAX_COUNTED)
+                    return page, RecentCount(count=count, scanned_all=True), 0
                 # The newest SCAN_CHUNK ids, capped: bounded like the page itself. The
                 # exact count over every job is one click away (``count=all``).
                 return page, count_recent(self.queue, job_filter, cap=MAX_COUNTED), SCAN_CHUNK
