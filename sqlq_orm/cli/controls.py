@@ -85,6 +85,7 @@ def _filter(
     job_type: str | None,
     status: str | None,
     error_code: str | None,
+    args_contain: str | None = None,
 ) -> JobFilter:
     return JobFilter(
         status=None if status is None else status.upper(),
@@ -92,7 +93,17 @@ def _filter(
         type=job_type,
         error_code=error_code,
         job_id=job_id,
+        args_contain=None if args_contain is None else _json_object("--args", args_contain),
     )
+
+
+def _json_object(option: str, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise CommandError(
+            f'{option} must be a JSON object, e.g. \'{{"tenant": "acme"}}\' ({exc})'
+        ) from None
 
 
 def _jobs_action(
@@ -109,13 +120,14 @@ def _jobs_action(
     output: str,
     models: str | None,
     reason: str | None = None,
+    args_contain: str | None = None,
 ) -> int:
     target = open_queue(db, models=models)
-    job_filter = _filter(job_id, queue, job_type, status, error_code)
+    job_filter = _filter(job_id, queue, job_type, status, error_code, args_contain)
     if job_filter.is_empty:
         raise CommandError(
             f"name the jobs to {action}: a JOB_ID, or a filter (--queue, --type, --status, "
-            "--error-code)"
+            "--error-code, --args)"
         )
     single = job_id is not None and job_filter == JobFilter(job_id=job_id)
     if single:
@@ -170,11 +182,12 @@ def jobs_cancel(
     output: str = "text",
     reason: str | None = None,
     models: str | None = None,
+    args_contain: str | None = None,
 ) -> int:
     """Cancel one job, or every unfinished job a filter matches (a dry run without --yes)."""
     return _jobs_action(
         "cancel", db, job_id, queue, job_type, status, error_code, yes, batch, max_batches,
-        output, models, reason,
+        output, models, reason, args_contain,
     )  # fmt: skip
 
 
@@ -190,11 +203,12 @@ def jobs_retry(
     max_batches: int | None = None,
     output: str = "text",
     models: str | None = None,
+    args_contain: str | None = None,
 ) -> int:
     """Requeue one job, or every FAILED/CANCELLED job a filter matches (dry run without --yes)."""
     return _jobs_action(
         "retry", db, job_id, queue, job_type, status, error_code, yes, batch, max_batches,
-        output, models,
+        output, models, None, args_contain,
     )  # fmt: skip
 
 
@@ -210,12 +224,13 @@ def jobs_discard(
     max_batches: int | None = None,
     output: str = "text",
     models: str | None = None,
+    args_contain: str | None = None,
 ) -> int:
     """Delete one job, or every job a filter matches that no worker holds, with their
     attempts and events (a dry run without --yes)."""
     return _jobs_action(
         "discard", db, job_id, queue, job_type, status, error_code, yes, batch, max_batches,
-        output, models,
+        output, models, None, args_contain,
     )  # fmt: skip
 
 

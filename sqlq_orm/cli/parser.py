@@ -367,6 +367,10 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--type", dest="job_type", metavar="TYPE", help="only jobs of this type")
         sub.add_argument("--status", help="only jobs in this status")
         sub.add_argument("--error-code", metavar="CODE", help="only jobs with this error_code")
+        sub.add_argument(
+            "--args", dest="args_contain", metavar="JSON",
+            help='only jobs whose payload has these members, e.g. \'{"tenant": "acme"}\'',
+        )  # fmt: skip
         sub.add_argument("--yes", action="store_true", help="act (default: a dry run)")
         sub.add_argument(
             "--batch", type=whole_number(1, 100_000), default=500, metavar="N",

@@ -29,7 +29,9 @@ from typing import Any
 from alembic.config import Config
 from alembic.script import Script, ScriptDirectory
 from sqlalchemy.engine import Connection
+from sqlalchemy.schema import CreateSchema
 
+from sqlq_orm.core import validation
 from sqlq_orm.db.backends import backend_for
 from sqlq_orm.db.maintenance import (
     check_foreign_keys,
@@ -120,7 +122,7 @@ def _missing_revision(exc: KeyError) -> SqlqError | None:
     )
 
 
-def upgrade(op: Any, *, to: str, from_: str | None = None) -> None:
+def upgrade(op: Any, *, to: str, from_: str | None = None, schema: str | None = None) -> None:
     """Apply sqlq's schema steps after ``from_`` up to and including ``to``.
 
     Call it from a host revision's ``upgrade()``, passing Alembic's ``op``. ``to``
@@ -131,28 +133,63 @@ def upgrade(op: Any, *, to: str, from_: str | None = None) -> None:
     (:mod:`sqlq_orm.migrations.standing`): a new host revision for a new sqlq_orm
     release needs only ``upgrade(op, to="sqlq_0005")``. In ``--sql`` (offline) mode
     nothing can be read: without ``from_`` the steps start from the beginning.
+
+    ``schema`` puts sqlq's tables in that schema (PostgreSQL; a database on MariaDB),
+    created if missing, for a ``Queue(engine, schema=...)``: the steps run with it as
+    the ``search_path`` (MariaDB: ``USE``), then the host's own operations that follow
+    in the revision go where they went before. SQLite has no schemas (SqlqError).
     """
     from sqlq_orm.migrations import ordered_revisions
 
     revisions = ordered_revisions()
     _require_known(revisions, to, from_)
     _require_running_migration(op)
-    if from_ is None and not op.get_context().as_sql:
-        from_ = revision_standing(op.get_bind(), revisions)
-        if from_ is not None and revisions.index(from_) >= revisions.index(to):
-            return  # the database is there already
-    for script in reversed(_steps(op, upper=to, lower=from_)):
-        script.module.upgrade()
+    with _in_schema(op, schema, create=True):
+        if from_ is None and not op.get_context().as_sql:
+            from_ = revision_standing(op.get_bind(), revisions)
+            if from_ is not None and revisions.index(from_) >= revisions.index(to):
+                return  # the database is there already
+        for script in reversed(_steps(op, upper=to, lower=from_)):
+            script.module.upgrade()
 
 
-def downgrade(op: Any, *, from_: str, to: str | None = None) -> None:
+def downgrade(op: Any, *, from_: str, to: str | None = None, schema: str | None = None) -> None:
     """Undo sqlq's schema steps from ``from_`` down to (not including) ``to``.
 
     ``to=None`` drops sqlq's tables. The mirror of :func:`upgrade`: a host revision
-    that ran ``upgrade(op, to="sqlq_0001")`` runs ``downgrade(op, from_="sqlq_0001")``.
+    that ran ``upgrade(op, to="sqlq_0001")`` runs ``downgrade(op, from_="sqlq_0001")``
+    (with the same ``schema``; the schema itself stays).
     """
-    for script in _steps(op, upper=from_, lower=to):
-        script.module.downgrade()
+    steps = _steps(op, upper=from_, lower=to)
+    with _in_schema(op, schema, create=False):
+        for script in steps:
+            script.module.downgrade()
+
+
+@contextmanager
+def _in_schema(op: Any, schema: str | None, *, create: bool) -> Iterator[None]:
+    """Around sqlq's steps: their unqualified names resolve in ``schema`` (None: as is)."""
+    if schema is None:
+        yield
+        return
+    schema = validation.schema_name(schema)
+    assert schema is not None
+    _require_running_migration(op)
+    if op.get_context().as_sql:
+        raise SqlqError(
+            f"sqlq_orm.migrations upgrade/downgrade with schema={schema!r} needs a live "
+            "connection; offline (--sql) scripts cannot switch schemas"
+        )
+    connection = op.get_bind()
+    backend = backend_for(connection.dialect)
+    try:
+        switch = backend.migrate_in_schema(connection, schema)
+        if create:
+            connection.execute(CreateSchema(schema, if_not_exists=True))
+    except ValueError as exc:
+        raise SqlqError(f"schema={schema!r}: {exc}") from None
+    with switch:
+        yield
 
 
 def _steps(op: Any, *, upper: str, lower: str | None) -> list[Script]:

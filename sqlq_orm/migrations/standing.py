@@ -47,6 +47,16 @@ def _job_ids_kept(connection: Connection) -> bool:
     return not backend_for(connection.dialect).autoincrement_missing(connection, "sqlq_jobs")
 
 
+def _payloads_in_json(connection: Connection) -> bool:
+    # sqlq_0010: JSONB on PostgreSQL, JSON on MariaDB/MySQL; SQLite keeps TEXT.
+    names = backend_for(connection.dialect).json_column_types
+    if not names:
+        return True
+    columns = sqlalchemy.inspect(connection).get_columns("sqlq_jobs")
+    payload = next((found for found in columns if found["name"] == "payload"), None)
+    return payload is not None and payload["type"].compile(connection.dialect) in names
+
+
 PROBES: dict[str, Callable[[Connection], bool]] = {
     "sqlq_0001": _table("sqlq_jobs"),
     "sqlq_0002": _table("sqlq_schedules"),
@@ -55,6 +65,8 @@ PROBES: dict[str, Callable[[Connection], bool]] = {
     "sqlq_0005": _job_ids_kept,
     "sqlq_0007": _column("sqlq_jobs", "result"),
     "sqlq_0009": _column("sqlq_schedules", "paused_at"),
+    "sqlq_0010": _payloads_in_json,
+    "sqlq_0011": _column("sqlq_jobs", "rate_started_at"),
 }
 """sqlq revision -> whether the schema has what it made (sqlq's default table names)."""
 

@@ -15,11 +15,12 @@ selection) applies to, capped at :data:`MAX_SELECTION`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import String, func, literal, literal_column, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement, Select
 
@@ -27,6 +28,7 @@ from sqlq_orm.core import validation
 from sqlq_orm.db.context import HasContext, QueueContext, context_of
 from sqlq_orm.db.tables import Tables
 from sqlq_orm.errors import InvalidInput
+from sqlq_orm.schema.json_text import JsonHasMember
 from sqlq_orm.schema.mixins import (
     DEDUPE_KEY_MAX,
     ERROR_CODE_MAX,
@@ -64,6 +66,14 @@ class JobFilter:
     """Created at or after this moment (epoch seconds)."""
     created_before: int | None = None
     """Created before this moment (epoch seconds)."""
+    args_contain: Mapping[str, Any] | None = None
+    """Jobs whose payload is a JSON object with these top-level members, each equal to
+    the given scalar (a string, a whole number, True/False or None), e.g.
+    ``{"tenant": "acme"}``: the same type and value, numbers compared as numbers; a
+    member holding a list or an object never matches. At most
+    :data:`MAX_ARGS_MEMBERS` members. On PostgreSQL this is ``payload @> :json``, which
+    an optional GIN index serves (docs/POSTGRESQL.md); elsewhere the database's JSON
+    functions read every candidate row's payload."""
 
     def __post_init__(self) -> None:
         if self.status is not None and self.status not in {s.value for s in JobStatus}:
@@ -82,6 +92,8 @@ class JobFilter:
             validation.optional_int(
                 name, getattr(self, name), minimum=0, maximum=validation.INT32_MAX
             )
+        if self.args_contain is not None:
+            _require_members(self.args_contain)
 
     @property
     def is_empty(self) -> bool:
@@ -107,7 +119,73 @@ class JobFilter:
             terms.append(j.created_at >= self.created_after)
         if self.created_before is not None:
             terms.append(j.created_at < self.created_before)
+        for key, value in (self.args_contain or {}).items():
+            terms.append(
+                JsonHasMember(
+                    j.payload,
+                    literal(key, String()),
+                    literal(json.dumps({key: value}, ensure_ascii=False), String()),
+                    literal(value),
+                    literal_column(_member_kind(value)),
+                )
+            )
         return terms
+
+
+MAX_ARGS_MEMBERS = 20
+"""Members one ``args_contain`` filter may name."""
+_MEMBER_KEY_MAX = 200
+
+
+def _member_kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "string" if isinstance(value, str) else "number"
+
+
+def _require_members(members: object) -> None:
+    """``args_contain``: a non-empty mapping of plain keys to strings, whole numbers,
+    booleans or None (InvalidInput naming the offending member otherwise)."""
+    if not isinstance(members, Mapping) or not members:
+        raise InvalidInput(
+            "args_contain must be a non-empty mapping of payload keys to values, e.g. "
+            f'{{"tenant": "acme"}}; got {validation.short(members)}'
+        )
+    if len(members) > MAX_ARGS_MEMBERS:
+        raise InvalidInput(
+            f"args_contain may name at most {MAX_ARGS_MEMBERS} members, got {len(members)}"
+        )
+    for key, value in members.items():
+        if (
+            not isinstance(key, str)
+            or not key
+            or len(key) > _MEMBER_KEY_MAX
+            or any(char in key for char in '"\\')
+            or any(ord(char) < 32 for char in key)
+        ):
+            raise InvalidInput(
+                f"args_contain keys must be non-empty strings of at most {_MEMBER_KEY_MAX} "
+                "characters without quotes, backslashes or control characters; got "
+                f"{validation.short(key)}"
+            )
+        if isinstance(value, str):
+            if "\x00" in value:
+                raise InvalidInput(
+                    f"args_contain[{key!r}] must not contain NUL, got {validation.short(value)}"
+                )
+        elif isinstance(value, int) and not isinstance(value, bool):
+            if not validation.INT64_MIN <= value <= validation.INT64_MAX:
+                raise InvalidInput(
+                    f"args_contain[{key!r}] must fit in 64 bits, got {validation.short(value)}"
+                )
+        elif value is not None and not isinstance(value, bool):
+            raise InvalidInput(
+                f"args_contain[{key!r}] must be a string, a whole number, True, False or "
+                f"None (a float's equality differs between databases; a list or object "
+                f"is not searched), got {validation.short(value)}"
+            )
 
 
 @dataclass(frozen=True)

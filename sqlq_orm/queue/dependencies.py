@@ -281,15 +281,14 @@ class Dependencies(QueueCore):
         self,
         connection: Connection,
         ended: Iterable[int],
-        outcome: JobStatus,
         cancelled_children: list[int] | None = None,
         actor: str = SYSTEM_ACTOR,
     ) -> set[str]:
-        """Queue, recount or cancel the children of jobs that just ended as ``outcome``.
+        """Queue, recount or cancel the children of jobs that just ended.
 
         Runs in the ending transaction. Each child's parents are read again under its
-        lock (``outcome`` is not trusted for it), so a parent that ends twice (failed,
-        retried by hand, then succeeded) is never counted twice. Returns the queues
+        lock, so a parent that ends twice (failed, retried by hand, then succeeded) is
+        never counted twice. Returns the queues
         that got a job (for the caller to wake workers after commit; the NOTIFY is
         sent here). The ids of the descendants it cancelled are appended to
         ``cancelled_children`` when given. Their CANCELLED events name ``actor``: the

@@ -62,7 +62,9 @@ class Schedules(Enqueueing):
         for schedule in listed:
             # Here, not at the tick: one bad payload would fail every tick for everyone.
             try:
-                validation.encode_payload(schedule.payload, self.payload_max_bytes)
+                self._storable_json(
+                    "payload", validation.encode_payload(schedule.payload, self.payload_max_bytes)
+                )
             except InvalidInput as exc:
                 raise InvalidInput(f"schedule {schedule.name!r}: {exc}") from None
         with self._write() as connection:

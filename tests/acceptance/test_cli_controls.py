@@ -71,6 +71,25 @@ def test_jobs_actions_by_filter_are_dry_runs_until_yes(migrated_url):  # noqa: F
     queue.engine.dispose()
 
 
+def test_jobs_actions_select_by_arguments_and_refuse_bad_json(migrated_url):  # noqa: F811
+    queue = queue_on(migrated_url)
+    acme = [queue.enqueue("digest", {"tenant": "acme", "n": n}).id for n in range(2)]
+    other = queue.enqueue("digest", {"tenant": "other"}).id
+
+    done = sqlq("--db", migrated_url, "jobs", "cancel", "--args", '{"tenant": "acme"}', "--yes")
+
+    assert done.stdout.strip() == "cancelled 2 job(s)", done.stderr
+    assert [queue.get_job(i).status for i in acme] == ["CANCELLED"] * 2
+    assert queue.get_job(other).status == "QUEUED"
+    assert "--args must be a JSON object" in one_error_line(
+        sqlq("--db", migrated_url, "jobs", "cancel", "--args", "{tenant: acme}")
+    )
+    assert "args_contain['tenant'] must be a string" in one_error_line(
+        sqlq("--db", migrated_url, "jobs", "cancel", "--args", '{"tenant": [1]}')
+    )
+    queue.engine.dispose()
+
+
 def test_jobs_without_a_target_or_with_a_status_the_action_skips_is_one_error_line(
     migrated_url,  # noqa: F811
 ):

@@ -69,11 +69,48 @@ def test_hostile_error_code_is_refused_and_the_job_keeps_its_lease(queue):
 
 
 def test_nul_inside_a_payload_round_trips(queue):
+    if queue.dialect.json_refuses_nul:
+        pytest.skip("PostgreSQL's JSONB cannot store NUL: refused (next test)")
     queue.enqueue("t", {"bytes": "a\x00b", "\x00": None})
 
     (lease,) = queue.claim("worker-a")
 
     assert lease.payload == {"bytes": "a\x00b", "\x00": None}
+
+
+@pytest.mark.parametrize("payload", [{"bytes": "a\x00b"}, {"\x00": 1}, ["\x00"]])
+def test_nul_inside_a_payload_is_refused_where_json_cannot_hold_it(queue, payload):
+    if not queue.dialect.json_refuses_nul:
+        pytest.skip("this database's JSON column stores NUL (previous test)")
+
+    with pytest.raises(InvalidInput, match=r"payload holds the character NUL .* JSONB"):
+        queue.enqueue("t", payload)
+    with pytest.raises(InvalidInput, match=r"payload holds the character NUL"):
+        queue.enqueue_many([{"type": "t", "payload": {"ok": 1}}, {"type": "t", "payload": payload}])
+
+    assert sum(queue.counts_by_status().values()) == 0
+
+
+def test_escaped_backslash_before_u0000_is_not_taken_for_nul(queue):
+    payload = {"path": "C:\\u0000", "twice": "\\\\u0000"}
+    queue.enqueue("t", payload)
+
+    (lease,) = queue.claim("worker-a")
+
+    assert lease.payload == payload
+
+
+def test_nul_inside_a_result_is_refused_where_json_cannot_hold_it(queue):
+    if not queue.dialect.json_refuses_nul:
+        pytest.skip("this database's JSON column stores NUL")
+    queue.enqueue("t")
+    (lease,) = queue.claim("worker-a", start=True)
+
+    with pytest.raises(InvalidInput, match=r"result holds the character NUL"):
+        queue.succeed(lease, result="a\x00b")
+
+    assert queue.get_job(lease.job_id).status == JobStatus.RUNNING.value
+    queue.succeed(lease, result="ab")
 
 
 @pytest.mark.parametrize("argument", ["type", "queue", "dedupe_key"])
@@ -127,10 +164,16 @@ def test_huge_payload_is_refused_before_anything_is_written(queue):
 # ------------------------------------------------------------------ corrupt payloads
 
 
+CORRUPT_JSON = '{"oops": [1, 2'
+
+
 def corrupt_payload(engine, job_id: int) -> None:
+    if engine.dialect.name != "sqlite":
+        pytest.skip("the JSON column refuses text that is not JSON (see the test below)")
     with engine.begin() as connection:
         connection.execute(
-            text("UPDATE sqlq_jobs SET payload = '{\"oops\": [1, 2' WHERE id = :id"), {"id": job_id}
+            text("UPDATE sqlq_jobs SET payload = :bad WHERE id = :id"),
+            {"bad": CORRUPT_JSON, "id": job_id},
         )
 
 
@@ -166,6 +209,22 @@ def test_worker_fails_a_job_with_a_corrupt_payload_and_keeps_going(engine):
     assert jobs[1].error_code == CORRUPT_PAYLOAD
     assert sorted(seen) == [0, 2]
     assert check(queue) == []
+
+
+@pytest.mark.parametrize("column", ["payload", "result"])
+def test_json_column_refuses_text_that_is_not_json(engine, queue, column):
+    if engine.dialect.name == "sqlite":
+        pytest.skip("SQLite keeps TEXT: a corrupt value is reported per job (tests above)")
+    job = queue.enqueue("t", {"ok": True})
+
+    with pytest.raises(sqlalchemy.exc.DBAPIError), engine.begin() as connection:
+        connection.execute(
+            text(f"UPDATE sqlq_jobs SET {column} = :bad WHERE id = :id"),
+            {"bad": CORRUPT_JSON, "id": job.id},
+        )
+
+    (lease,) = queue.claim("worker-a", start=True)
+    assert lease.payload == {"ok": True}
 
 
 # ---------------------------------------------------- the database refuses bad rows
@@ -242,7 +301,7 @@ def test_migrating_twice_is_harmless(db_url):
     migrate.upgrade(db_url)
 
     assert migrate.current(db_url) == revisions
-    assert queue.get_job(job.id).payload == '{"keep":"me"}'
+    assert json.loads(queue.get_job(job.id).payload) == {"keep": "me"}
     assert migrate.check(db_url) == []
     assert check(queue) == []
     engine.dispose()

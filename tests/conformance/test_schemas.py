@@ -17,6 +17,7 @@ import pytest
 import sqlalchemy
 
 import sqlq_orm
+import sqlq_orm.migrations
 from sqlq_orm import migrate
 from tests.support.backends import engine_for
 
@@ -149,3 +150,53 @@ def test_an_enqueue_in_the_callers_session_lands_in_the_queues_schema(server, sc
         session.commit()
     assert queue.get_job(job.id).status == "QUEUED"
     assert queue.claim("w")[0].job_id == job.id
+
+
+def _host_revision(engine: sqlalchemy.Engine, steps) -> None:
+    """Run ``steps(op)`` as a host revision would: Alembic's ``op`` on a live migration."""
+    from alembic.operations import Operations
+    from alembic.runtime.migration import MigrationContext
+
+    with engine.connect() as connection, connection.begin():
+        context = MigrationContext.configure(connection)
+        with Operations.context(context):
+            from alembic import op
+
+            steps(op)
+
+
+@servers
+def test_a_host_revision_runs_sqlq_steps_in_a_schema_and_its_own_where_they_were(server, schemas):
+    first, _ = schemas
+    newest = max(migrate.newest_revisions())
+
+    def upgrade(op) -> None:
+        op.create_table(
+            "host_before", sqlalchemy.Column("id", sqlalchemy.Integer, primary_key=True)
+        )
+        sqlq_orm.migrations.upgrade(op, to=newest, schema=first)
+        op.create_table("host_after", sqlalchemy.Column("id", sqlalchemy.Integer, primary_key=True))
+
+    _host_revision(server, upgrade)
+
+    inspector = sqlalchemy.inspect(server)
+    assert set(sqlq_orm.Base.metadata.tables) <= set(inspector.get_table_names(schema=first))
+    assert {"host_before", "host_after"} <= set(inspector.get_table_names())
+    assert "sqlq_jobs" not in inspector.get_table_names()
+    queue = sqlq_orm.Queue(server, schema=first)  # checks the schema stands at the newest
+    job = queue.enqueue("t", {"tenant": "acme"})
+    assert [lease.job_id for lease in queue.claim("w")] == [job.id]
+
+    _host_revision(server, lambda op: sqlq_orm.migrations.downgrade(op, from_=newest, schema=first))
+
+    assert sqlalchemy.inspect(server).get_table_names(schema=first) == []
+
+
+def test_a_host_revision_into_a_schema_on_sqlite_says_there_are_none(tmp_path):
+    engine = sqlalchemy.create_engine(f"sqlite:///{tmp_path / 'host.db'}")
+
+    with pytest.raises(sqlq_orm.SqlqError, match="schema='tenant_a'.* no schemas"):
+        _host_revision(
+            engine, lambda op: sqlq_orm.migrations.upgrade(op, to="sqlq_0001", schema="tenant_a")
+        )
+    engine.dispose()

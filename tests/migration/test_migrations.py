@@ -8,6 +8,7 @@ see an index's DESC or WHERE, the migrated schema is compared with the one
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -23,7 +24,7 @@ from sqlalchemy import func, select
 
 import sqlq_orm
 from alembic import command
-from sqlq_orm import migrate
+from sqlq_orm import SqlqError, migrate
 from sqlq_orm.migrations import MIGRATIONS_DIR, VERSION_TABLE, VERSIONS_DIR
 from sqlq_orm.schema.models import Base, Job, JobAttempt, JobEvent
 from tests.support import factories
@@ -330,6 +331,97 @@ def test_upgrade_to_queue_controls_with_jobs_in_place_keeps_them_and_pauses(db_u
     assert count(db_url, Job) == 3
     migrate.upgrade(db_url)
     assert migrate.check(db_url) == []
+
+
+def test_upgrade_to_rate_limits_with_jobs_in_place_keeps_them_and_limits(db_url, clock):
+    before = ScriptDirectory.from_config(migrate.config()).get_revision("sqlq_0011").down_revision
+    migrate.upgrade(db_url, str(before))
+    seed_0001_history(db_url)  # jobs 1 and 2 SUCCEEDED, job 3 QUEUED
+
+    migrate.upgrade(db_url)
+
+    assert migrate.check(db_url) == []
+    engine = sqlq_orm.create_engine(db_url)
+    queue = sqlq_orm.Queue(engine, clock=clock)
+    assert [queue.get_job(n).status for n in (1, 2, 3)] == ["SUCCEEDED", "SUCCEEDED", "QUEUED"]
+    assert queue.get_job(3).rate_key is None
+    queue.enqueue("t", rate_key="tenant:1")
+    queue.set_rate_limit("default", 1, 60)
+    queue.enqueue("t")
+    # One start per key: the old job (no key) and tenant:1's; the second keyless waits.
+    assert [lease.job_id for lease in queue.claim("w", limit=5)] == [3, 4]
+    assert queue.claim("w", limit=5) == []
+    held = queue.enqueue("digest", dedupe_key="d", dedupe_period=60)
+    engine.dispose()
+    migrate.downgrade(db_url, str(before))
+    assert count(db_url, Job) == 6
+    migrate.upgrade(db_url)
+    assert migrate.check(db_url) == []
+    assert held.created
+
+
+def test_upgrade_to_json_payloads_with_jobs_in_place_keeps_every_payload(db_url, clock):
+    before = ScriptDirectory.from_config(migrate.config()).get_revision("sqlq_0010").down_revision
+    migrate.upgrade(db_url, str(before))
+    engine = sqlq_orm.create_engine(db_url)
+    payloads = [{"b": 1, "a": [1.5, None, True]}, "ünï ✓ 🚀", [], {"nested": {"k": "v"}}, 7]
+    queue = sqlq_orm.Queue(engine, clock=clock, check_schema=False)
+    ids = [queue.enqueue("t", payload).id for payload in payloads]
+    (lease,) = queue.claim("w", start=True)
+    queue.succeed(lease, result={"done": [1, 2]})
+    engine.dispose()
+
+    migrate.upgrade(db_url)
+
+    assert migrate.check(db_url) == []
+    engine = sqlq_orm.create_engine(db_url)
+    queue = sqlq_orm.Queue(engine, clock=clock)
+    assert [json.loads(queue.get_job(n).payload) for n in ids] == payloads
+    assert json.loads(queue.get_job(ids[0]).result) == {"done": [1, 2]}
+    leases = queue.claim("w", limit=10)
+    assert [lease.payload for lease in leases] == payloads[1:]
+    with engine.connect() as connection:
+        assert sqlq_orm.migrations.standing.PROBES["sqlq_0010"](connection)
+    engine.dispose()
+    migrate.downgrade(db_url, str(before))
+    engine = sqlq_orm.create_engine(db_url)
+    with engine.connect() as connection:
+        kept = dict(connection.execute(select(Job.id, Job.payload)).all())
+        assert sqlq_orm.migrations.standing.PROBES["sqlq_0010"](connection) == (
+            engine.dialect.name == "sqlite"
+        )
+    engine.dispose()
+    assert [json.loads(kept[n]) for n in ids] == payloads
+    migrate.upgrade(db_url)
+    assert migrate.check(db_url) == []
+
+
+def test_upgrade_to_json_payloads_refuses_rows_it_cannot_convert_and_changes_nothing(db_url):
+    before = ScriptDirectory.from_config(migrate.config()).get_revision("sqlq_0010").down_revision
+    migrate.upgrade(db_url, str(before))
+    engine = sqlq_orm.create_engine(db_url)
+    if engine.dialect.name == "sqlite":
+        engine.dispose()
+        pytest.skip("SQLite keeps TEXT: sqlq_0010 converts nothing there")
+    queue = sqlq_orm.Queue(engine, check_schema=False)
+    good = queue.enqueue("t", {"ok": 1}).id
+    bad = queue.enqueue("t", {"n": 1}).id
+    # What the column held as TEXT and its JSON type refuses: PostgreSQL's JSONB cannot
+    # store NUL, MariaDB's JSON (which can) must be valid JSON.
+    unconvertible = '{"bytes": "a\\u0000b"}' if engine.dialect.name == "postgresql" else '{"n": 1'
+    with engine.begin() as connection:
+        connection.execute(
+            sqlalchemy.text("UPDATE sqlq_jobs SET payload = :bad WHERE id = :id"),
+            {"bad": unconvertible, "id": bad},
+        )
+    engine.dispose()
+
+    with pytest.raises(SqlqError, match=rf"sqlq_0010 cannot convert .* jobs \[{bad}\]"):
+        migrate.upgrade(db_url)
+
+    assert migrate.current(db_url) == {str(before)}
+    assert count(db_url, Job) == 2
+    assert good != bad
 
 
 def test_upgrade_accepts_a_host_apps_engine(db_url):

@@ -4,10 +4,9 @@ on a small user file, as an IDE or CI would."""
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
-from mypy import api
+from tests.support.mypy_check import flagged_and_expected
 
 USER_FILE = """
 import sqlq_orm
@@ -35,19 +34,5 @@ async def mistakes(queue: sqlq_orm.AsyncQueue) -> None:
 
 
 def test_mypy_sees_queues_typed_parameters_on_asyncqueue(tmp_path: Path):
-    source = tmp_path / "user_app.py"
-    source.write_text(textwrap.dedent(USER_FILE))
-    mistakes = {
-        number
-        for number, line in enumerate(source.read_text().splitlines(), start=1)
-        if "# MISTAKE" in line
-    }
-
-    stdout, stderr, _ = api.run(
-        ["--strict", "--no-incremental", "--cache-dir", str(tmp_path / "cache"),
-         "--show-error-codes", "--no-error-summary", str(source)]
-    )  # fmt: skip
-
-    errors = [line for line in stdout.splitlines() if ": error: " in line]
-    flagged = {int(line.split(":")[1]) for line in errors}
-    assert flagged == mistakes, stdout + stderr
+    flagged, mistakes, output = flagged_and_expected(tmp_path, "user_app.py", USER_FILE)
+    assert flagged == mistakes, output

@@ -4,12 +4,11 @@ flags a wrong or missing argument at the call, not a worker at run time."""
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
-from mypy import api
+from tests.support.mypy_check import flagged_and_expected
 
-USER_FILE = '''
+USER_FILE = """
 import dataclasses
 import sqlq_orm
 from sqlq_orm import AsyncJobContext, JobContext
@@ -56,23 +55,9 @@ def mistakes() -> None:
     with_context.enqueue(point=(1, 2))  # MISTAKE not a Point
     fetch.enqueue(url=b"x")  # MISTAKE bytes
     send_email.options(delay="soon").enqueue(to="a")  # MISTAKE option type
-'''
+"""
 
 
 def test_mypy_flags_wrong_and_missing_task_arguments(tmp_path: Path):
-    source = tmp_path / "user_tasks.py"
-    source.write_text(textwrap.dedent(USER_FILE))
-    mistakes = {
-        number
-        for number, line in enumerate(source.read_text().splitlines(), start=1)
-        if "# MISTAKE" in line
-    }
-
-    stdout, stderr, _ = api.run(
-        ["--strict", "--no-incremental", "--cache-dir", str(tmp_path / "cache"),
-         "--show-error-codes", "--no-error-summary", str(source)]
-    )  # fmt: skip
-
-    errors = [line for line in stdout.splitlines() if ": error: " in line]
-    flagged = {int(line.split(":")[1]) for line in errors}
-    assert flagged == mistakes, stdout + stderr
+    flagged, mistakes, output = flagged_and_expected(tmp_path, "user_tasks.py", USER_FILE)
+    assert flagged == mistakes, output

@@ -176,6 +176,8 @@ def test_unknown_job_type_fails_that_job_and_the_worker_goes_on(queue):
 
 
 def test_corrupt_payload_fails_that_job_and_the_worker_goes_on(queue, engine):
+    if engine.dialect.name != "sqlite":
+        pytest.skip("the JSON column refuses text that is not JSON (test_hostile_input)")
     corrupt = queue.enqueue("echo", {"n": 1})
     healthy = queue.enqueue("echo", {"n": 2})
     with engine.begin() as connection:

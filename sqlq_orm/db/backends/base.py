@@ -164,6 +164,12 @@ class Backend:
     rows_from_arrays: Callable[[Sequence[tuple[str, TypeEngine[Any]]]], FromClause] | None = None
     """Rows from one bound array per column, numbered in an ``ord`` column (PostgreSQL
     ``unnest``), for bulk inserts as ``INSERT ... SELECT``; None: multi-row VALUES."""
+    json_column_types: frozenset[str] = frozenset()
+    """Names the payload column's reflected type has once it is this database's JSON
+    type (sqlq_0010's probe); empty where it stays text (SQLite)."""
+    json_refuses_nul: bool = False
+    """Whether the JSON column cannot store the character NUL (``\\u0000``) in a string
+    (PostgreSQL's JSONB): the queue then refuses such a payload or result itself."""
     json_string: Callable[[ColumnElement[Any]], ColumnElement[str]] | None = None
     """SQL turning a text column into a JSON string literal (quoted and escaped), for
     event details written by a statement itself; None where not needed."""
@@ -191,6 +197,10 @@ class Backend:
     """Open a connection of its own on the engine's database that hears commits of
     other connections (PostgreSQL: ``LISTEN`` on the channel; SQLite: watching
     ``PRAGMA data_version``); None if this engine's driver cannot (polling only)."""
+    prebuilt_as_driver_sql: bool = False
+    """Whether the prebuilt statements of a job's life (enqueue, start, finish) run as
+    SQL compiled once and sent with ``exec_driver_sql`` (:mod:`sqlq_orm.db.driver_sql`):
+    on SQLite, SQLAlchemy's per-call work costs more than the statement itself."""
     update_returning: bool = True
     """Whether the database has ``UPDATE ... RETURNING``. Where it has not (MariaDB,
     MySQL), each statement that reads back what it changed runs as: lock the rows

@@ -448,6 +448,9 @@ def _table_bytes(connection: Connection, tables: Sequence[Table]) -> dict[str, i
 
 def _backend(name: str) -> Backend:
     return Backend(
+        # MariaDB's JSON is LONGTEXT with a JSON_VALID check, and reflects as LONGTEXT;
+        # MySQL's is its own type. Before sqlq_0010 the column was TEXT.
+        json_column_types=frozenset({"JSON", "LONGTEXT"}),
         name=name,
         table_bytes=_table_bytes,
         title="MariaDB" if name == "mariadb" else "MySQL",

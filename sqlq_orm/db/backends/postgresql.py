@@ -101,11 +101,15 @@ def _maintenance(engine: Engine, task: str, tables: Sequence[Any]) -> Maintenanc
 @contextmanager
 def _migrate_in_schema(connection: Connection, schema: str) -> Iterator[None]:
     # Local to the migration transaction: nothing outlives it (a transaction pooler
-    # may hand the server connection to someone else next).
+    # may hand the server connection to someone else next). Set back afterwards, for
+    # a host revision whose own operations follow sqlq's steps; not after an error,
+    # which has aborted the transaction anyway.
+    before = connection.execute(text("SELECT current_setting('search_path')")).scalar_one()
     connection.execute(
         text("SELECT set_config('search_path', :p_path, true)"), {"p_path": f'"{schema}"'}
     )
     yield
+    connection.execute(text("SELECT set_config('search_path', :p_path, true)"), {"p_path": before})
 
 
 class _Listener:
@@ -218,6 +222,8 @@ BACKEND = Backend(
     rolls_back_transaction=is_retryable,
     rows_from_arrays=_rows_from_arrays,
     json_string=lambda text: cast(func.to_json(text), Text),
+    json_column_types=frozenset({"JSONB"}),
+    json_refuses_nul=True,
     maintenance=_maintenance,
     autocommit=("autocommit", True),
     # READ COMMITTED takes a new snapshot per statement; checks that join several
