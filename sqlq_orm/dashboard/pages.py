@@ -8,6 +8,7 @@ checks its arguments: a bad one answers 400 naming the parameter and the value.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -61,6 +62,7 @@ FILTER_PARAMS = (
     "worker",
     "created_after",
     "created_before",
+    "arguments",
 )
 MOMENT_FORMATS = (
     "%Y-%m-%d",
@@ -112,6 +114,22 @@ def parse_job_id(name: str, text: str | None) -> int | None:
     return value
 
 
+def parse_arguments(text: str | None) -> dict[str, Any] | None:
+    """The ``arguments`` field: a JSON object of payload members to match, e.g.
+    ``{"tenant": "acme"}`` (blank means absent); the library checks its members."""
+    if text is None or not text.strip():
+        return None
+    try:
+        members = json.loads(text)
+    except ValueError:
+        members = None
+    if not isinstance(members, dict):
+        raise InvalidInput(
+            f'arguments must be a JSON object like {{"tenant": "acme"}}, got {text!r}'
+        )
+    return members
+
+
 def parse_filter(params: Mapping[str, str]) -> JobFilter:
     """The jobs filter from query or form fields; blank fields are ignored."""
 
@@ -129,6 +147,7 @@ def parse_filter(params: Mapping[str, str]) -> JobFilter:
         worker=text("worker"),
         created_after=parse_moment("created_after", params.get("created_after")),
         created_before=parse_moment("created_before", params.get("created_before")),
+        args_contain=parse_arguments(params.get("arguments")),
     )
 
 
@@ -144,6 +163,9 @@ def filter_params(job_filter: JobFilter) -> dict[str, str]:
         "worker": job_filter.worker,
         "created_after": format_moment(job_filter.created_after),
         "created_before": format_moment(job_filter.created_before),
+        "arguments": None
+        if job_filter.args_contain is None
+        else json.dumps(dict(job_filter.args_contain), sort_keys=True),
     }
     return {k: v for k, v in values.items() if v is not None}
 
