@@ -35,6 +35,7 @@ from sqlq_orm.dashboard.security import (
 )
 from sqlq_orm.db.tables import Models
 from sqlq_orm.errors import InvalidInput
+from sqlq_orm.ops.table_sizes import table_sizes
 from sqlq_orm.queue.queue import Queue
 
 DEFAULT_REFRESH_SECONDS = 5
@@ -129,7 +130,12 @@ def create_app(
     )
     # queue.stats looked up on each call: a host (or a test) may wrap it later.
     report = SharedAnswer(lambda: queue.stats(), fresh_seconds=float(shared_seconds))
-    pages = Pages(queue, renderer, report, runnable={s.name for s in schedules})
+    # Table sizes: slow to measure on SQLite (dbstat walks every page) and slow to
+    # change, so measured in the background at most every 5 minutes.
+    sizes = SharedAnswer(
+        lambda: table_sizes(queue), fresh_seconds=max(float(shared_seconds), 300.0)
+    )
+    pages = Pages(queue, renderer, report, runnable={s.name for s in schedules}, sizes=sizes)
     actions = Actions(queue, renderer, csrf, enabled=enable_actions, after_write=report.clear)
     controls = Controls(
         queue,

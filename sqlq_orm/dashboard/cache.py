@@ -99,6 +99,19 @@ class SharedAnswer(Generic[T]):
             generation = self._generation
             return self._store(self._run(), generation)
 
+    def peek(self) -> T | None:
+        """The shared answer if there is one (None before the first), never computed
+        here: a missing or old one is computed in the background for a later request.
+        For a slow, slowly changing answer (table sizes) no page should wait for."""
+        with self._lock:
+            fresh = self._has_answer and self._clock() - self._computed_at <= self._age_allowed()
+            if not fresh and not self._refreshing:
+                self._refreshing = True
+                threading.Thread(
+                    target=self._refresh, name="sqlq-dashboard-refresh", daemon=True
+                ).start()
+            return self._answer if self._has_answer else None
+
     def _run(self) -> T:
         started = self._clock()
         try:

@@ -8,6 +8,7 @@ checks its arguments: a bad one answers 400 naming the parameter and the value.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -38,6 +39,7 @@ from sqlq_orm.ops.joblist import (
 )
 from sqlq_orm.ops.render.text import STATUS_ORDER
 from sqlq_orm.ops.stats import QueueStats, collect_workers
+from sqlq_orm.ops.table_sizes import TableSizes
 from sqlq_orm.ops.timeline import job_timeline
 from sqlq_orm.ops.worker_detail import worker_detail
 from sqlq_orm.queue.queue import Queue
@@ -60,6 +62,7 @@ FILTER_PARAMS = (
     "worker",
     "created_after",
     "created_before",
+    "arguments",
 )
 MOMENT_FORMATS = (
     "%Y-%m-%d",
@@ -111,6 +114,22 @@ def parse_job_id(name: str, text: str | None) -> int | None:
     return value
 
 
+def parse_arguments(text: str | None) -> dict[str, Any] | None:
+    """The ``arguments`` field: a JSON object of payload members to match, e.g.
+    ``{"tenant": "acme"}`` (blank means absent); the library checks its members."""
+    if text is None or not text.strip():
+        return None
+    try:
+        members = json.loads(text)
+    except ValueError:
+        members = None
+    if not isinstance(members, dict):
+        raise InvalidInput(
+            f'arguments must be a JSON object like {{"tenant": "acme"}}, got {text!r}'
+        )
+    return members
+
+
 def parse_filter(params: Mapping[str, str]) -> JobFilter:
     """The jobs filter from query or form fields; blank fields are ignored."""
 
@@ -128,6 +147,7 @@ def parse_filter(params: Mapping[str, str]) -> JobFilter:
         worker=text("worker"),
         created_after=parse_moment("created_after", params.get("created_after")),
         created_before=parse_moment("created_before", params.get("created_before")),
+        args_contain=parse_arguments(params.get("arguments")),
     )
 
 
@@ -143,8 +163,19 @@ def filter_params(job_filter: JobFilter) -> dict[str, str]:
         "worker": job_filter.worker,
         "created_after": format_moment(job_filter.created_after),
         "created_before": format_moment(job_filter.created_before),
+        "arguments": None
+        if job_filter.args_contain is None
+        else json.dumps(dict(job_filter.args_contain), sort_keys=True),
     }
     return {k: v for k, v in values.items() if v is not None}
+
+
+def index_counts(job_filter: JobFilter) -> bool:
+    """Whether a status-leading index alone serves the filter's count: a status, with
+    at most an error code (``ix_*_finished``, ``ix_*_failed_code``). Capped, that count
+    reads at most ``MAX_COUNTED + 1`` index entries, however large the table."""
+    rest = {k: v for k, v in job_filter.__dict__.items() if v is not None}
+    return "status" in rest and set(rest) <= {"status", "error_code"}
 
 
 CHART_RANGES = {
@@ -213,10 +244,12 @@ class Pages:
         report: SharedAnswer[QueueStats] | None = None,
         *,
         runnable: set[str] | None = None,
+        sizes: SharedAnswer[TableSizes] | None = None,
     ) -> None:
         self.queue = queue
         self.render = renderer
         self.runnable = runnable or set()
+        self.sizes = sizes
         """The schedules the host declared to the dashboard: the ones it can run now."""
         # The whole stats report, shared by every tab (see sqlq_orm.dashboard.cache).
         self.report = report or SharedAnswer(lambda: queue.stats(), fresh_seconds=0)
@@ -244,6 +277,7 @@ class Pages:
             stats=stats,
             statuses=STATUS_ORDER,
             queue_controls=self.queue.tables.queues is not None,
+            sizes=None if self.sizes is None else self.sizes.peek(),
             **history_charts(history, range_name),
         )
 
@@ -266,6 +300,9 @@ class Pages:
                     # total (of the newest ids the scan read, when it stopped early).
                     total = RecentCount(len(page.jobs), scanned_all=not page.stopped_early)
                     return page, total, SCAN_CHUNK * PAGE_SCAN_CHUNKS
+                if index_counts(job_filter):
+                    count = count_capped(self.queue, job_filter, cap=MAX_COUNTED)
+                    return page, RecentCount(count=count, scanned_all=True), 0
                 # The newest SCAN_CHUNK ids, capped: bounded like the page itself. The
                 # exact count over every job is one click away (``count=all``).
                 return page, count_recent(self.queue, job_filter, cap=MAX_COUNTED), SCAN_CHUNK

@@ -104,6 +104,18 @@ def format_thousands(value: int | None) -> str:
     return "" if value is None else f"{int(value):,}"
 
 
+def format_bytes(value: int | None) -> str:
+    """``12.5 MB``: a size in decimal units, three significant digits (empty for None)."""
+    if value is None:
+        return ""
+    size = float(value)
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if size < 1000 or unit == "TB":
+            return f"{int(size)} B" if unit == "B" else f"{size:.3g} {unit}"
+        size /= 1000
+    raise AssertionError("unreachable")
+
+
 def make_environment() -> Environment:
     env = Environment(
         loader=PackageLoader("sqlq_orm.dashboard", "templates"),
@@ -117,6 +129,7 @@ def make_environment() -> Environment:
     env.filters["json"] = format_json
     env.filters["detail"] = format_detail
     env.filters["thousands"] = format_thousands
+    env.filters["bytes"] = format_bytes
     return env
 
 

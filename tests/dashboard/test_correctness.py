@@ -265,3 +265,25 @@ def test_rows_ticked_on_the_list_can_be_retried_together_and_stay_ticked(serve, 
     assert queue.get_job(jobs.failed_too).status == JobStatus.QUEUED
     assert queue.get_job(jobs.succeeded).status == JobStatus.SUCCEEDED
     assert queue.get_job(jobs.queued).status == JobStatus.QUEUED
+
+
+@pytest.mark.browser
+def test_the_jobs_list_filters_by_arguments_and_a_bulk_action_keeps_the_filter(serve, page, queue):
+    acme = [queue.enqueue("invoice", {"tenant": "acme", "n": n}).id for n in range(2)]
+    globex = queue.enqueue("invoice", {"tenant": "globex", "n": 0}).id
+    served = serve(enable_actions=True)
+    page.goto(served.url + "/jobs")
+    page.fill("input[name=arguments]", '{"tenant": "acme"}')
+    page.click("form.filters button")
+    ids = page.locator("#jobs tbody tr td:nth-child(2)").all_inner_texts()
+    assert ids == [str(j) for j in reversed(acme)]
+    assert page.locator("#total").inner_text() == "2 jobs match"
+    assert page.locator("input[name=arguments]").input_value() == '{"tenant": "acme"}'
+    page.click("#bulk-cancel")
+    assert page.locator("#count").inner_text() == "2"
+    page.click("#confirm")
+    assert page.locator("#outcome").inner_text() == "2 jobs cancelled."
+    assert queue.get_job(globex).status == JobStatus.QUEUED
+    response = page.goto(served.url + "/jobs?arguments=tenant=acme")
+    assert response is not None and response.status == 400
+    assert "arguments must be a JSON object like" in page.locator("#error").inner_text()

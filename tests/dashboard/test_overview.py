@@ -86,3 +86,23 @@ def test_the_charts_cover_the_chosen_range_and_say_their_bucket_size(serve, page
     response = page.goto(served.url + "/?range=1y")
     assert response is not None and response.status == 400
     assert "range must be one of 1h, 24h, 7d, got '1y'" in page.locator("#error").inner_text()
+
+
+def test_retention_shows_table_sizes_and_how_long_no_prune_ran(serve, page, queue, clock):
+    seed(queue)  # one SUCCEEDED job, two FAILED, finished at the pinned start
+    served = serve()
+    page.goto(served.url + "/")
+    assert "Nothing is due" in page.locator("#last-prune").inner_text()
+    # 32 days later the SUCCEEDED job (kept 30 days) has been due for 2 days: no
+    # prune can have run since.
+    clock.advance(32 * 86_400)
+    # Sizes are measured in the background: the first view says so, a later one has them.
+    deadline = 30
+    while "sqlq_jobs" not in page.locator("#sizes").inner_text() and deadline:
+        page.wait_for_timeout(200)
+        page.reload()
+        deadline -= 1
+    sizes = dict(cells(page, "sizes"))
+    assert {"sqlq_jobs", "sqlq_job_attempts", "sqlq_job_events"} <= set(sizes)
+    assert sizes["sqlq_jobs"].endswith("B")  # e.g. "24.6 kB"
+    assert "None has run for at least 2d" in page.locator("#last-prune").inner_text()

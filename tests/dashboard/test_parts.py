@@ -120,3 +120,15 @@ def test_every_template_and_static_file_ships_in_the_package():
     assert files
     missing = [f for f in files if not any(fnmatch.fnmatch(f, g) for g in globs)]
     assert missing == []
+
+
+@pytest.mark.parametrize(
+    "fields, served",
+    [({"status": "FAILED"}, True), ({"status": "FAILED", "error_code": "A:B"}, True),
+     ({"status": "FAILED", "worker": "w"}, False), ({"queue": "mail"}, False), ({}, False)],
+)  # fmt: skip
+def test_a_total_is_counted_on_the_index_only_where_a_status_leads_it(fields, served):
+    from sqlq_orm.dashboard.pages import index_counts
+    from sqlq_orm.ops.joblist import JobFilter
+
+    assert index_counts(JobFilter(**fields)) is served

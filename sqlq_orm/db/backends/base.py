@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from sqlalchemy import Table
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.sql import FromClause, Select
 from sqlalchemy.sql.dml import Update
@@ -210,6 +211,11 @@ class Backend:
     skipped a row (MySQL's ``ON DUPLICATE KEY UPDATE`` returns the existing one): the
     dedupe insert then runs in a savepoint, and this tells its duplicate-key error
     from any other. None: the backend's ``insert`` skips conflicts itself."""
+    table_bytes: Callable[[Connection, Sequence[Table]], dict[str, int]] | None = None
+    """Bytes on disk of each named table with its indexes (the ones it could measure);
+    None: the database cannot tell."""
+    database_bytes: Callable[[Connection], int] | None = None
+    """The whole database's size where it is one file (SQLite); None elsewhere."""
     materialize: Callable[[Select[Any], str], FromClause] = materialized_cte
     """A ``SELECT`` the planner must run first, on its own, as a named CTE
     (``MATERIALIZED`` where the database has the keyword)."""

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import String, cast, event, func, literal
+from sqlalchemy import String, Table, cast, event, func, literal, literal_column, text
 from sqlalchemy import select as sa_select
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Connection, Engine
@@ -428,12 +428,31 @@ for _dialect in DIALECTS:
     compiles(CreateIndex, _dialect)(_create_index)
 
 
+def _table_bytes(connection: Connection, tables: Sequence[Table]) -> dict[str, int]:
+    """``information_schema.TABLES``: data and index length (InnoDB's estimate)."""
+    found: dict[str, int] = {}
+    for table in tables:
+        statement: Select[Any] = (
+            sa_select(literal_column("DATA_LENGTH + INDEX_LENGTH"))
+            .select_from(text("information_schema.TABLES"))
+            .where(
+                literal_column("TABLE_SCHEMA") == func.coalesce(table.schema, func.database()),
+                literal_column("TABLE_NAME") == table.name,
+            )
+        )
+        size = connection.execute(statement).scalar()
+        if size is not None:
+            found[table.name] = int(size)
+    return found
+
+
 def _backend(name: str) -> Backend:
     return Backend(
         # MariaDB's JSON is LONGTEXT with a JSON_VALID check, and reflects as LONGTEXT;
         # MySQL's is its own type. Before sqlq_0010 the column was TEXT.
         json_column_types=frozenset({"JSON", "LONGTEXT"}),
         name=name,
+        table_bytes=_table_bytes,
         title="MariaDB" if name == "mariadb" else "MySQL",
         insert=_insert,
         read_options={},  # InnoDB MVCC: plain reads never block writers

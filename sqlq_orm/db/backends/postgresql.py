@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Text, bindparam, cast, func, text, type_coerce
+from sqlalchemy import Table, Text, bindparam, cast, func, text, type_coerce
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.ext.compiler import compiles
@@ -186,8 +186,26 @@ def _open_wake_listener(engine: Engine, channel: str) -> WakeListener | None:
     return _Listener(engine, channel, pooling.listen_url)
 
 
+def _table_bytes(connection: Connection, tables: Sequence[Table]) -> dict[str, int]:
+    """``pg_total_relation_size``: the heap, its indexes and TOAST, of each table."""
+    found: dict[str, int] = {}
+    for table in tables:
+        # quote_ident: the names as the catalog spells them, in the table's schema.
+        size = connection.execute(
+            text(
+                "SELECT pg_total_relation_size(to_regclass("
+                "coalesce(quote_ident(CAST(:s AS text)) || '.', '') || quote_ident(:t)))"
+            ),
+            {"s": table.schema, "t": table.name},
+        ).scalar()
+        if size is not None:
+            found[table.name] = int(size)
+    return found
+
+
 BACKEND = Backend(
     name="postgresql",
+    table_bytes=_table_bytes,
     title="PostgreSQL",
     insert=postgresql.insert,
     read_options={},  # MVCC: reads never block writers

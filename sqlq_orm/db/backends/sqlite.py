@@ -15,9 +15,10 @@ from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy
-from sqlalchemy import String, Text, cast, event, literal
+from sqlalchemy import String, Table, Text, cast, event, literal, text
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.schema import CreateColumn
 from sqlalchemy.sql import FromClause, Select
@@ -334,8 +335,32 @@ def _open_wake_listener(engine: Engine, channel: str) -> WakeListener | None:
     return _DataVersionWatch(engine)
 
 
+def _table_bytes(connection: Connection, tables: Sequence[Table]) -> dict[str, int]:
+    """Each table with its indexes from ``dbstat`` where SQLite was built with it;
+    otherwise nothing per table (the caller still has the file's size)."""
+    names = ", ".join(f":t{i}" for i in range(len(tables)))
+    statement = text(
+        "SELECT s.tbl_name, SUM(d.pgsize) FROM dbstat AS d"
+        " JOIN sqlite_schema AS s ON s.name = d.name"
+        f" WHERE d.aggregate = 1 AND s.tbl_name IN ({names}) GROUP BY s.tbl_name"
+    )
+    try:
+        rows = connection.execute(statement, {f"t{i}": t.name for i, t in enumerate(tables)})
+        return {str(name): int(size) for name, size in rows}
+    except OperationalError:  # no dbstat in this build
+        return {}
+
+
+def _file_bytes(connection: Connection) -> int:
+    pages = connection.exec_driver_sql("PRAGMA page_count").scalar_one()
+    size = connection.exec_driver_sql("PRAGMA page_size").scalar_one()
+    return int(pages) * int(size)
+
+
 BACKEND = Backend(
     name="sqlite",
+    table_bytes=_table_bytes,
+    database_bytes=_file_bytes,
     title="SQLite",
     insert=sqlite.insert,
     read_options={BEGIN_OPTION: "DEFERRED"},
