@@ -8,7 +8,7 @@ and a queryable history of every attempt and event. SQLite by default; PostgreSQ
 from typing import TYPE_CHECKING, Any
 
 from sqlq_orm import migrate  # modules: sqlq_orm.migrate.upgrade(url)
-from sqlq_orm.core.backoff import RetryPolicy
+from sqlq_orm.core.backoff import FixedBackoff, LinearBackoff, RetryPolicy
 from sqlq_orm.core.lease import Lease
 from sqlq_orm.core.results import JobResult
 from sqlq_orm.core.schedule import Missed, Schedule
@@ -140,6 +140,8 @@ __all__ = [
     "RetentionPolicy",
     "ResultNotReady",
     "RetryPolicy",
+    "FixedBackoff",
+    "LinearBackoff",
     "Schedule",
     "ScheduleMixin",
     "ScheduleRecord",

@@ -152,12 +152,24 @@ class JobError(SqlqError):
 
     ``code`` is ``CATEGORY:SUBCATEGORY`` (e.g. ``TIMEOUT:UPSTREAM_API``); ``detail``
     is a short human summary; ``retryable=False`` sends the job straight to FAILED.
+    ``retry_in`` (seconds) is "retry in N seconds", like Celery's
+    ``self.retry(countdown=N)``: if the job has retries left it spends one and runs
+    again ``retry_in`` seconds from now, instead of after the queue's (or the task's)
+    backoff; with none left it ends FAILED as any failure does.
     """
 
-    def __init__(self, code: str, detail: str = "", *, retryable: bool = True) -> None:
+    def __init__(
+        self,
+        code: str,
+        detail: str = "",
+        *,
+        retryable: bool = True,
+        retry_in: float | None = None,
+    ) -> None:
         self.code = code
         self.detail = detail
         self.retryable = retryable
+        self.retry_in = retry_in
         super().__init__(f"{code}: {detail}" if detail else code)
 
 

@@ -1,21 +1,23 @@
-"""The writes: retry and cancel, of one job or of a filtered selection.
+"""The writes on jobs: retry, cancel and discard, of one job, ticked ones, or a filter.
 
 Every write is two steps. ``GET confirm`` shows what would change (the job, or how many
 jobs match) and a form; ``POST`` does it and redirects (303) to a page showing the
 outcome, so reloading that page shows it again instead of sending the form again.
 The POST is refused (403, nothing changed) when actions are not enabled or the CSRF
 token does not match the browser's cookie. The work itself is
-:meth:`Queue.retry <sqlq_orm.Queue.retry>` and :meth:`Queue.cancel
-<sqlq_orm.Queue.cancel>`, one job per transaction, recorded with the actor
-``dashboard``. A bulk action applies to at most :data:`MAX_BULK` jobs, the newest,
-read in batches of :data:`~sqlq_orm.ops.joblist.MAX_SELECTION`.
+:meth:`Queue.retry_jobs <sqlq_orm.Queue.retry_jobs>`, ``cancel_jobs`` and
+``discard_jobs`` (one job is a filter on its id), so the counts shown are the
+library's, dependents cancelled by the cascade included, and every event names the
+actor ``dashboard``. A bulk action applies to at most :data:`MAX_BULK` jobs, the
+oldest that match.
 """
 
 from __future__ import annotations
 
 import secrets
 from collections import OrderedDict
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from urllib.parse import parse_qsl
 
 from starlette.concurrency import run_in_threadpool
@@ -26,64 +28,85 @@ from sqlq_orm.dashboard.pages import filter_params, parse_filter, parse_job_id
 from sqlq_orm.dashboard.rendering import Renderer
 from sqlq_orm.dashboard.security import CSRF_COOKIE, CSRF_FIELD, CsrfTokens
 from sqlq_orm.dashboard.verbs import ACTIONS, Action
-from sqlq_orm.errors import InvalidInput, InvalidTransition, JobNotFound
-from sqlq_orm.ops.joblist import (
-    MAX_PAGE_SIZE,
-    MAX_SELECTION,
-    JobFilter,
-    count_matching,
-    matching_ids,
-)
+from sqlq_orm.errors import InvalidInput, JobNotFound
+from sqlq_orm.ops.joblist import MAX_PAGE_SIZE, JobFilter, count_matching
+from sqlq_orm.queue.bulk import DEFAULT_BULK_BATCH
 from sqlq_orm.queue.queue import Queue
+from sqlq_orm.queue.types import BulkResult
 
 ACTOR = "dashboard"
 MAX_FORM_BYTES = 16 * 1024
 MAX_BULK = 10_000
-"""Jobs one bulk action applies to at most (the newest that match)."""
+"""Jobs one bulk action applies to at most (the oldest that match; confirm again for
+the rest)."""
 KEPT_OUTCOMES = 256
 """Outcomes held for their result pages (per process; the oldest go first)."""
 
 
-def selection(queue: Queue, action: Action, job_filter: JobFilter) -> list[int]:
-    """Ids (newest first, at most :data:`MAX_BULK`) the action would apply to."""
-    ids: list[int] = []
-    for status in action.statuses_for(job_filter):
-        narrowed = replace(job_filter, status=status)
-        before = None
-        while len(ids) < MAX_BULK * len(action.applies_to):
-            batch = matching_ids(queue, narrowed, limit=MAX_SELECTION, before=before)
-            ids.extend(batch)
-            if len(batch) < MAX_SELECTION:
-                break
-            before = batch[-1]
-    return sorted(ids, reverse=True)[:MAX_BULK]
+REASON = "cancelled from the dashboard"
 
 
 @dataclass
 class Outcome:
-    done: list[int]
-    skipped: list[tuple[int, str]]
+    """What one confirmed action did, for its result page (the library's counts)."""
+
+    done: int = 0
+    skipped: int = 0
+    """Matched, but changed by someone else first (or, when ticked, not applicable)."""
+    why_skipped: list[tuple[int, str]] = field(default_factory=list)
+    dependents: int = 0
+    """Jobs cancelled because they waited for one acted on (the cascade)."""
+    complete: bool = True
+    """False when the action stopped at :data:`MAX_BULK` jobs and more match."""
     job_id: int | None = None
     params: dict[str, str] = field(default_factory=dict)
 
+    def add(self, result: BulkResult) -> None:
+        self.done += result.acted
+        self.skipped += result.skipped
+        self.dependents += result.dependents
+        self.complete = self.complete and result.complete
+
+
+def run_bulk(queue: Queue, action: Action, job_filter: JobFilter) -> BulkResult:
+    """The library's bulk action (oldest matches first, in batches), stopped after
+    :data:`MAX_BULK` jobs so one request stays short; every event says ``dashboard``."""
+    batch_size = min(DEFAULT_BULK_BATCH, MAX_BULK)
+    max_batches = -(-MAX_BULK // batch_size)
+    if action.name == "retry":
+        return queue.retry_jobs(
+            job_filter, actor=ACTOR, batch_size=batch_size, max_batches=max_batches
+        )
+    if action.name == "cancel":
+        return queue.cancel_jobs(
+            job_filter, actor=ACTOR, reason=REASON, batch_size=batch_size, max_batches=max_batches
+        )
+    return queue.discard_jobs(
+        job_filter, actor=ACTOR, batch_size=batch_size, max_batches=max_batches
+    )
+
 
 def apply(queue: Queue, action: Action, ids: list[int]) -> Outcome:
-    """Run the action on each id; a job that changed meanwhile is skipped, with why."""
-    outcome = Outcome(done=[], skipped=[])
-    if action.name == "retry":
-        # Oldest first: a parent is always older than its child, so a child retried
-        # with its parent finds the parent back in the queue and waits for it.
-        ids = sorted(ids)
-    for job_id in ids:
+    """Run the action on each id (oldest first: a parent retried before its child);
+    a job that changed meanwhile is skipped, with why."""
+    outcome = Outcome()
+    for job_id in sorted(ids):
         try:
-            if action.name == "retry":
-                queue.retry(job_id, actor=ACTOR)
-            else:
-                queue.cancel(job_id, actor=ACTOR, reason="cancelled from the dashboard")
-        except (InvalidTransition, JobNotFound) as error:
-            outcome.skipped.append((job_id, str(error)))
-        else:
-            outcome.done.append(job_id)
+            result = run_bulk(queue, action, JobFilter(job_id=job_id))
+        except InvalidInput as error:  # e.g. the job's status no longer applies
+            outcome.skipped += 1
+            outcome.why_skipped.append((job_id, str(error)))
+            continue
+        outcome.add(result)
+        if not result.acted:
+            if not result.skipped:
+                outcome.skipped += 1
+            try:
+                now = queue.get_job(job_id).status
+                why = f"job {job_id} is {now}: it cannot be {action.past}"
+            except JobNotFound:
+                why = f"there is no job with id {job_id}"
+            outcome.why_skipped.append((job_id, why))
     return outcome
 
 
@@ -123,12 +146,20 @@ class Actions:
     """The confirm (GET), perform (POST) and outcome (GET) handlers."""
 
     def __init__(
-        self, queue: Queue, renderer: Renderer, csrf: CsrfTokens, *, enabled: bool
+        self,
+        queue: Queue,
+        renderer: Renderer,
+        csrf: CsrfTokens,
+        *,
+        enabled: bool,
+        after_write: Callable[[], None] = lambda: None,
     ) -> None:
         self.queue = queue
         self.render = renderer
         self.csrf = csrf
         self.enabled = enabled
+        self.after_write = after_write
+        """Called after every write (drops the shared report: the next page shows it)."""
         self.outcomes: OrderedDict[str, Outcome] = OrderedDict()
 
     def _refuse(self, request: Request, message: str) -> Response:
@@ -258,14 +289,17 @@ class Actions:
 
         def work() -> Outcome:
             if job_id:
-                ids = [job_id]
-            elif selected:
-                ids = selected
-            else:
-                ids = selection(self.queue, action, job_filter)
-            return apply(self.queue, action, ids)
+                return apply(self.queue, action, [job_id])
+            if selected:
+                return apply(self.queue, action, selected)
+            outcome = Outcome()
+            outcome.add(run_bulk(self.queue, action, job_filter))
+            return outcome
 
-        outcome = await run_in_threadpool(work)
+        try:
+            outcome = await run_in_threadpool(work)
+        finally:
+            self.after_write()
         outcome.job_id = job_id
         outcome.params = filter_params(job_filter)
         key = secrets.token_urlsafe(16)

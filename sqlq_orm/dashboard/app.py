@@ -19,7 +19,10 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from sqlq_orm.core.schedule import Schedule
 from sqlq_orm.dashboard.actions import Actions
+from sqlq_orm.dashboard.cache import DEFAULT_FRESH_SECONDS, SharedAnswer
+from sqlq_orm.dashboard.controls import Controls
 from sqlq_orm.dashboard.metrics import exposition, metrics_registry
 from sqlq_orm.dashboard.pages import Pages
 from sqlq_orm.dashboard.rendering import Renderer, make_environment
@@ -80,6 +83,8 @@ def create_app(
     secret: bytes | None = None,
     refresh_seconds: int = DEFAULT_REFRESH_SECONDS,
     allowed_hosts: Sequence[str] | None = None,
+    shared_seconds: float = DEFAULT_FRESH_SECONDS,
+    schedules: Sequence[Schedule] = (),
 ) -> ASGIApp:
     """The dashboard for ``queue`` (a :class:`~sqlq_orm.Queue`, or an engine plus the
     app's ``models``) as an ASGI app.
@@ -95,6 +100,15 @@ def create_app(
     domain (``"jobs.example.com"``, ``".example.com"`` for subdomains too) or ``"*"``
     when its own stack checks the host already. Anything else answers 400: a
     DNS-rebinding page cannot read or drive the dashboard.
+
+    ``shared_seconds``: the stats report behind the overview and ``/metrics`` is
+    computed once for every request and tab, and refreshed in the background when it
+    is older than this (longer when it is costly: see
+    :mod:`sqlq_orm.dashboard.cache`); 0 computes it on every request.
+
+    ``schedules``: the host's declared schedules (``registry.schedules``), which the
+    schedules page can then run now (their payloads live in code). Pausing and
+    resuming queues and schedules needs nothing more than ``enable_actions``.
     """
     if isinstance(queue, Engine):
         queue = Queue(queue, models=models)
@@ -104,14 +118,28 @@ def create_app(
         raise InvalidInput(f"refresh_seconds must be an integer, got {refresh_seconds!r}")
     if refresh_seconds < 0:
         raise InvalidInput(f"refresh_seconds must be >= 0, got {refresh_seconds}")
+    if isinstance(shared_seconds, bool) or not isinstance(shared_seconds, int | float):
+        raise InvalidInput(f"shared_seconds must be a number, got {shared_seconds!r}")
+    if shared_seconds < 0:
+        raise InvalidInput(f"shared_seconds must be >= 0, got {shared_seconds}")
     hosts = HostAllowList(allowed_hosts)
     csrf = CsrfTokens(secret)
     renderer = Renderer(
         make_environment(), csrf, actions_enabled=enable_actions, refresh_seconds=refresh_seconds
     )
-    pages = Pages(queue, renderer)
-    actions = Actions(queue, renderer, csrf, enabled=enable_actions)
-    registry = metrics_registry(queue.stats)
+    # queue.stats looked up on each call: a host (or a test) may wrap it later.
+    report = SharedAnswer(lambda: queue.stats(), fresh_seconds=float(shared_seconds))
+    pages = Pages(queue, renderer, report, runnable={s.name for s in schedules})
+    actions = Actions(queue, renderer, csrf, enabled=enable_actions, after_write=report.clear)
+    controls = Controls(
+        queue,
+        renderer,
+        csrf,
+        enabled=enable_actions,
+        schedules=schedules,
+        after_write=report.clear,
+    )
+    registry = metrics_registry(report.get)
 
     async def metrics(request: Request) -> Response:
         body, content_type = await run_in_threadpool(
@@ -125,12 +153,16 @@ def create_app(
             Route("/jobs", pages.jobs, name="jobs"),
             Route("/jobs/{job_id:int}", pages.job, name="job"),
             Route("/workers", pages.workers, name="workers"),
+            Route("/worker", pages.worker, name="worker"),
             Route("/schedules", pages.schedules, name="schedules"),
             Route("/dependencies", pages.dependencies, name="dependencies"),
             Route("/metrics", metrics, name="metrics"),
             Route("/actions/{action}", actions.confirm, methods=["GET"], name="confirm"),
             Route("/actions/{action}/done", actions.done, methods=["GET"], name="done"),
             Route("/actions/{action}", actions.perform, methods=["POST"], name="perform"),
+            Route("/controls/{control}", controls.confirm, methods=["GET"]),
+            Route("/controls/{control}/done", controls.done, methods=["GET"]),
+            Route("/controls/{control}", controls.perform, methods=["POST"]),
             Mount("/static", StaticFiles(packages=[("sqlq_orm.dashboard", "static")])),
         ]
     )

@@ -16,19 +16,37 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
+from sqlq_orm.core import validation
 from sqlq_orm.core.validation import MAX_JOB_ID
+from sqlq_orm.dashboard.cache import SharedAnswer
 from sqlq_orm.dashboard.charts import Series, stacked_bars
 from sqlq_orm.dashboard.rendering import Renderer
 from sqlq_orm.dashboard.verbs import ACTIONS
 from sqlq_orm.errors import InvalidInput, JobNotFound
 from sqlq_orm.ops.dependencies import waiting_jobs
 from sqlq_orm.ops.history import History, finished_history
-from sqlq_orm.ops.joblist import MAX_COUNTED, JobFilter, count_capped, list_jobs
+from sqlq_orm.ops.joblist import (
+    DEFAULT_PAGE_SIZE,
+    MAX_COUNTED,
+    SCAN_CHUNK,
+    JobFilter,
+    JobPage,
+    RecentCount,
+    count_capped,
+    count_recent,
+    list_jobs,
+)
 from sqlq_orm.ops.render.text import STATUS_ORDER
-from sqlq_orm.ops.stats import collect_workers
+from sqlq_orm.ops.stats import QueueStats, collect_workers
 from sqlq_orm.ops.timeline import job_timeline
+from sqlq_orm.ops.worker_detail import worker_detail
 from sqlq_orm.queue.queue import Queue
 
+PAGE_SIZE = DEFAULT_PAGE_SIZE
+"""Jobs per list page."""
+PAGE_SCAN_CHUNKS = 1
+"""A list page reads one range of SCAN_CHUNK ids at most (a rare match goes on at
+"older"): under the page budget on PostgreSQL at any table size."""
 OVERDUE_AFTER_SECONDS = 60
 """A schedule slot this long past is shown as overdue (nothing ticked it), not just due."""
 
@@ -188,9 +206,20 @@ def history_charts(history: History, range_name: str = DEFAULT_CHART_RANGE) -> d
 class Pages:
     """The GET handlers, over one queue."""
 
-    def __init__(self, queue: Queue, renderer: Renderer) -> None:
+    def __init__(
+        self,
+        queue: Queue,
+        renderer: Renderer,
+        report: SharedAnswer[QueueStats] | None = None,
+        *,
+        runnable: set[str] | None = None,
+    ) -> None:
         self.queue = queue
         self.render = renderer
+        self.runnable = runnable or set()
+        """The schedules the host declared to the dashboard: the ones it can run now."""
+        # The whole stats report, shared by every tab (see sqlq_orm.dashboard.cache).
+        self.report = report or SharedAnswer(lambda: queue.stats(), fresh_seconds=0)
 
     def _bad_request(self, request: Request, error: InvalidInput) -> Response:
         return self.render.page(
@@ -205,7 +234,7 @@ class Pages:
         window, buckets = CHART_RANGES[range_name]
         stats, history = await run_in_threadpool(
             lambda: (
-                self.queue.stats(),
+                self.report.get(),
                 finished_history(self.queue, window_seconds=window, buckets=buckets),
             )
         )
@@ -214,6 +243,7 @@ class Pages:
             "overview.html",
             stats=stats,
             statuses=STATUS_ORDER,
+            queue_controls=self.queue.tables.queues is not None,
             **history_charts(history, range_name),
         )
 
@@ -221,12 +251,26 @@ class Pages:
         try:
             job_filter = parse_filter(request.query_params)
             before = parse_job_id("before", request.query_params.get("before"))
-            page, total = await run_in_threadpool(
-                lambda: (
-                    list_jobs(self.queue, job_filter, before=before),
-                    count_capped(self.queue, job_filter, cap=MAX_COUNTED),
-                )
-            )
+            exact = request.query_params.get("count") == "all"
+
+            def read() -> tuple[JobPage, RecentCount, int]:
+                page = list_jobs(
+                    self.queue, job_filter, before=before, limit=PAGE_SIZE,
+                    scan_chunks=PAGE_SCAN_CHUNKS,
+                )  # fmt: skip
+                if exact:
+                    count = count_capped(self.queue, job_filter, cap=validation.INT32_MAX)
+                    return page, RecentCount(count=count, scanned_all=True), 0
+                if before is None and len(page.jobs) < PAGE_SIZE:
+                    # A short first page holds every match its scan met: that is the
+                    # total (of the newest ids the scan read, when it stopped early).
+                    total = RecentCount(len(page.jobs), scanned_all=not page.stopped_early)
+                    return page, total, SCAN_CHUNK * PAGE_SCAN_CHUNKS
+                # The newest SCAN_CHUNK ids, capped: bounded like the page itself. The
+                # exact count over every job is one click away (``count=all``).
+                return page, count_recent(self.queue, job_filter, cap=MAX_COUNTED), SCAN_CHUNK
+
+            page, total, scanned = await run_in_threadpool(read)
         except InvalidInput as error:
             return self._bad_request(request, error)
         return self.render.page(
@@ -237,7 +281,10 @@ class Pages:
             params=filter_params(job_filter),
             statuses=STATUS_ORDER,
             before=before,
-            total=total,
+            total=total.count,
+            scanned_all=total.scanned_all,
+            exact=exact,
+            scanned=scanned,
             max_counted=MAX_COUNTED,
             # A bulk action is offered only where the filter leaves it something to do.
             bulk_actions=[a for a in ACTIONS.values() if a.statuses_for(job_filter)],
@@ -262,12 +309,23 @@ class Pages:
             t=timeline,
             can_retry=status in ACTIONS["retry"].applies_to,
             can_cancel=status in ACTIONS["cancel"].applies_to,
+            can_discard=status in ACTIONS["discard"].applies_to,
         )
 
     async def workers(self, request: Request) -> Response:
         # Only the workers' queries, not the whole stats report.
         report = await run_in_threadpool(collect_workers, self.queue)
         return self.render.page(request, "workers.html", stats=report)
+
+    async def worker(self, request: Request) -> Response:
+        """One worker (``?id=``): what it is, what it holds now, what it ran recently."""
+        try:
+            detail = await run_in_threadpool(
+                worker_detail, self.queue, request.query_params.get("id", "")
+            )
+        except InvalidInput as error:
+            return self._bad_request(request, error)
+        return self.render.page(request, "worker.html", d=detail)
 
     async def schedules(self, request: Request) -> Response:
         # A host's models may leave the schedule model out (``Models.schedule`` None):
@@ -283,6 +341,7 @@ class Pages:
             schedules=schedules,
             now=now,
             overdue_after=OVERDUE_AFTER_SECONDS,
+            runnable=self.runnable,
         )
 
     async def dependencies(self, request: Request) -> Response:

@@ -1,4 +1,4 @@
-"""The two writes the dashboard offers, and which jobs each applies to.
+"""The writes on jobs the dashboard offers, and which jobs each applies to.
 
 Shared by the pages (which offer an action only where it can apply) and the action
 handlers (which carry it out).
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sqlq_orm.db.statements.bulk import DISCARDABLE
 from sqlq_orm.ops.joblist import JobFilter
 from sqlq_orm.schema.states import TERMINAL, JobStatus
 
@@ -37,4 +38,6 @@ ACTIONS = {
         "cancelled",
         tuple(s.value for s in JobStatus if s not in TERMINAL),
     ),
+    # Delete with attempts and events; never a job a worker holds (cancel it first).
+    "discard": Action("discard", "Discard", "discarded", tuple(s.value for s in DISCARDABLE)),
 }

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Hashable, Iterable
+from typing import Protocol
 
 from sqlalchemy import event
 from sqlalchemy.orm import Session, SessionTransaction
@@ -19,13 +20,50 @@ _PENDING = "sqlq_orm.wakeups"
 """``Session.info`` key: the wake-ups to send when the session's transaction commits."""
 
 
+class Wake(Protocol):
+    """What a waiter is woken through: a ``threading.Event``, or anything with ``set``."""
+
+    def set(self) -> None: ...
+
+
 class Wakeups:
-    """Who in this process waits for jobs on one job table, and a way to wake them."""
+    """Who in this process waits for jobs on one job table, and a way to wake them.
+
+    Two kinds of waiter: idle workers, woken when jobs are added to their queues
+    (:meth:`subscribe`, :meth:`notify`), and ``Queue.wait`` callers, woken when the job
+    they wait for ends a run here (:meth:`wait_for_finish`, :meth:`notify_finished`).
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._waiting: dict[int, tuple[frozenset[str], threading.Event]] = {}
         self._next = 0
+        self._finishes: dict[int, list[Wake]] = {}
+
+    def wait_for_finish(self, job_id: int, wake: Wake) -> Callable[[], None]:
+        """Set ``wake`` when a run of job ``job_id`` ends in this process (succeeded,
+        failed, retried or cancelled); return the unsubscribe."""
+        with self._lock:
+            self._finishes.setdefault(job_id, []).append(wake)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                wakes = self._finishes.get(job_id, [])
+                if wake in wakes:
+                    wakes.remove(wake)
+                if not wakes:
+                    self._finishes.pop(job_id, None)
+
+        return unsubscribe
+
+    def notify_finished(self, job_ids: Iterable[int]) -> None:
+        """Wake whoever waits for one of ``job_ids`` (their runs ended and committed)."""
+        if not self._finishes:  # the usual case, nobody waiting: no lock taken
+            return
+        with self._lock:
+            woken = [wake for job_id in job_ids for wake in self._finishes.get(job_id, ())]
+        for wake in woken:
+            wake.set()
 
     def subscribe(self, queues: Iterable[str], wake: threading.Event) -> Callable[[], None]:
         """Set ``wake`` whenever a job is added to one of ``queues``; return the unsubscribe."""

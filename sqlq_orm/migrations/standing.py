@@ -66,6 +66,7 @@ PROBES: dict[str, Callable[[Connection], bool]] = {
     "sqlq_0007": _column("sqlq_jobs", "result"),
     "sqlq_0009": _column("sqlq_schedules", "paused_at"),
     "sqlq_0010": _payloads_in_json,
+    "sqlq_0011": _column("sqlq_jobs", "rate_started_at"),
 }
 """sqlq revision -> whether the schema has what it made (sqlq's default table names)."""
 

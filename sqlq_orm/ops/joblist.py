@@ -274,16 +274,19 @@ def list_jobs(
     *,
     before: int | None = None,
     limit: int = DEFAULT_PAGE_SIZE,
+    scan_chunks: int | None = None,
 ) -> JobPage:
     """The newest jobs with an id below ``before`` (all ids when None) that match.
 
     ``queue`` is a :class:`~sqlq_orm.Queue` or its context. At most ``limit`` jobs
-    (1 to :data:`MAX_PAGE_SIZE`); see the module for how the scan is bounded. Bad
-    arguments raise :class:`~sqlq_orm.errors.InvalidInput`.
+    (1 to :data:`MAX_PAGE_SIZE`); see the module for how the scan is bounded
+    (``scan_chunks`` ranges of :data:`SCAN_CHUNK` ids at most; default
+    :data:`MAX_SCAN_CHUNKS`). Bad arguments raise :class:`~sqlq_orm.errors.InvalidInput`.
     """
     job_filter = job_filter or JobFilter()
     limit = validation.require_int("limit", limit, minimum=1, maximum=MAX_PAGE_SIZE)
     before = validation.optional_int("before", before, minimum=1)
+    chunks = validation.optional_int("scan_chunks", scan_chunks, minimum=1)
     context = context_of(queue)
     q = JobListQueries(context.tables)
     where = job_filter.conditions(context.tables)
@@ -292,7 +295,7 @@ def list_jobs(
         if lowest is None:
             return JobPage(jobs=[], next_before=None)
         high = int(highest) if before is None else min(int(highest), before - 1)
-        return _scan(connection, q, where, int(lowest), high, limit)
+        return _scan(connection, q, where, int(lowest), high, limit, chunks or MAX_SCAN_CHUNKS)
 
 
 def _scan(
@@ -302,10 +305,11 @@ def _scan(
     lowest: int,
     high: int,
     limit: int,
+    chunks: int,
 ) -> JobPage:
     jobs: list[JobSummary] = []
     low = high + 1
-    for _ in range(MAX_SCAN_CHUNKS):
+    for _ in range(chunks):
         if high < lowest:
             break
         low = max(lowest, high - SCAN_CHUNK + 1)
@@ -370,3 +374,41 @@ def count_matching(
     where.append(context.tables.jobs.c.status.in_(list(statuses)))
     with context.read() as connection:
         return int(connection.execute(q.count(where)).scalar_one())
+
+
+@dataclass(frozen=True)
+class RecentCount:
+    """How many jobs match among the newest ones (:func:`count_recent`)."""
+
+    count: int
+    """Matches found, at most ``cap + 1`` (``cap + 1`` reads "more than ``cap``")."""
+    scanned_all: bool
+    """Every job was looked at (else only the newest ``scan`` ids were)."""
+
+
+def count_recent(
+    queue: QueueContext | HasContext,
+    job_filter: JobFilter,
+    *,
+    cap: int = MAX_COUNTED,
+    scan: int = SCAN_CHUNK,
+) -> RecentCount:
+    """How many of the newest ``scan`` ids match ``job_filter``, counting no further
+    than ``cap + 1``: a list's total at a cost bounded like its page's, whatever the
+    filter (a rare match no index serves would otherwise count the whole table)."""
+    cap = validation.require_int("cap", cap, minimum=1, maximum=validation.INT32_MAX)
+    scan = validation.require_int("scan", scan, minimum=1, maximum=validation.INT32_MAX)
+    context = context_of(queue)
+    q = JobListQueries(context.tables)
+    j = context.tables.jobs.c
+    where = job_filter.conditions(context.tables)
+    with context.read() as connection:
+        lowest, highest = connection.execute(q.id_bounds()).one()
+        if lowest is None:
+            return RecentCount(count=0, scanned_all=True)
+        low = max(int(lowest), int(highest) - scan + 1)
+        found = (
+            select(j.id).where(*where, j.id >= low, j.id <= int(highest)).limit(cap + 1).subquery()
+        )
+        count = int(connection.execute(select(func.count()).select_from(found)).scalar_one())
+    return RecentCount(count=count, scanned_all=low == int(lowest) or count > cap)

@@ -205,7 +205,7 @@ class BulkActions(Administration):
             woken: set[str] = set()
             if not_started:
                 woken = self._settle_children_of(
-                    connection, not_started, cancelled, discarding=set(not_started)
+                    connection, not_started, cancelled, discarding=set(not_started), actor=actor
                 )
             deleted = 0
             if doomed:

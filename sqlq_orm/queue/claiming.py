@@ -13,6 +13,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlq_orm.core import validation
 from sqlq_orm.core.lease import Lease
 from sqlq_orm.db.statements.concurrency import over_limit
+from sqlq_orm.db.statements.rate_limits import pick_within_rate
 from sqlq_orm.errors import (
     SqlqError,
 )
@@ -84,18 +85,13 @@ class Claiming(QueueCore):
             tokens=self.dialect.bind_tokens(tokens),
         )
         with self._write() as connection:
-            rows, changed = self.sql.run_returning(
-                connection, statement, params, count_changed=True
-            )
+            rows = self._claim_rows(connection, statement, params, limit)
+            if len(rows) < limit and self.tables.queues is not None:
+                rows += self._claim_rate_limited(
+                    connection, queue_names, limit - len(rows), params, start
+                )
             if not rows:
                 return []
-            if changed != len(rows) or len(rows) > limit:
-                # Every claimed row must get its CLAIMED event below; a row changed but
-                # not returned would be a job held by nobody. Roll the claim back.
-                raise SqlqError(
-                    f"claim changed {changed} row(s) but returned {len(rows)} (limit "
-                    f"{limit}); rolled back, nothing was claimed"
-                )
             if self.sql.recheck_concurrency:
                 self._recount_keys(connection, rows)
             leases = [self._lease_from_row(row, worker_id, started=start) for row in rows]
@@ -104,12 +100,77 @@ class Claiming(QueueCore):
                 # statement each for the whole batch.
                 history = {"p_ids": [lease.job_id for lease in leases], "p_lease_seconds": seconds}
                 if start:
-                    connection.execute(self.sql.open_attempts_of_batch, history)
-                    connection.execute(self.sql.claim_and_start_events_of_batch, history)
+                    self.sql.execute(connection, self.sql.open_attempts_of_batch, history)
+                    self.sql.execute(connection, self.sql.claim_and_start_events_of_batch, history)
                 else:
-                    connection.execute(self.sql.claim_events_of_batch, history)
+                    self.sql.execute(connection, self.sql.claim_events_of_batch, history)
         leases.sort(key=lambda lease: lease.job_id)
         return leases
+
+    def _claim_rows(
+        self, connection: Connection, statement: Any, params: dict[str, Any], limit: int
+    ) -> list[Any]:
+        rows, changed = self.sql.run_returning(connection, statement, params, count_changed=True)
+        if changed != len(rows) or len(rows) > limit:
+            # Every claimed row must get its CLAIMED event; a row changed but not
+            # returned would be a job held by nobody. Roll the claim back.
+            raise SqlqError(
+                f"claim changed {changed} row(s) but returned {len(rows)} (limit "
+                f"{limit}); rolled back, nothing was claimed"
+            )
+        return list(rows)
+
+    def _claim_rate_limited(
+        self,
+        connection: Connection,
+        queue_names: list[str],
+        room: int,
+        params: dict[str, Any],
+        start: bool,
+    ) -> list[Any]:
+        """Claim up to ``room`` jobs of the rate-limited queues among ``queue_names``,
+        each queue's starts in its window kept within its limit per ``rate_key`` (see
+        :mod:`sqlq_orm.db.statements.rate_limits`). Runs in the claim's transaction."""
+        limited = connection.execute(self.sql.select_rate_limited, {"p_queues": queue_names}).all()
+        rows: list[Any] = []
+        for name, _limit, _period in limited:
+            if len(rows) >= room:
+                break
+            # Under the row's lock, the limit as it is now (changed, cleared, paused?).
+            locked = connection.execute(self.sql.lock_rate_limited, {"p_name": name}).first()
+            if locked is None:
+                continue
+            limit, period = int(locked.rate_limit), int(locked.rate_period)
+            window = {"p_queue": name, "p_period": period}
+            starts = {
+                str(key): int(count)
+                for key, count in connection.execute(self.sql.rate_starts_by_key, window)
+            }
+            full = [key for key, count in starts.items() if count >= limit]
+            want = room - len(rows)
+            candidates = [
+                (int(job_id), str(key))
+                for job_id, key in connection.execute(
+                    self.sql.rate_candidates,
+                    # Read past the picks' keys a little, so a full batch can come from
+                    # several keys (a key with room left is picked in claim order).
+                    {**window, "p_full": full, "p_scan": min(want * 10, 1000)},
+                )
+            ]
+            picked = pick_within_rate(candidates, starts, limit, want)
+            if not picked:
+                continue
+            tokens = [secrets.token_urlsafe(24) for _ in picked]
+            claim_params = {
+                "p_worker": params["p_worker"],
+                "p_lease_seconds": params["p_lease_seconds"],
+                "p_ids": picked,
+                "p_limit": len(picked),
+                "tokens": self.dialect.bind_tokens(tokens),
+            }
+            statement = self.sql.claim_and_start_ids if start else self.sql.claim_ids
+            rows += self._claim_rows(connection, statement, claim_params, len(picked))
+        return rows
 
     def _recount_keys(self, connection: Connection, rows: Sequence[Any]) -> None:
         """Count the claimed keys' held jobs again, now that no claim of those keys

@@ -1,4 +1,5 @@
-"""Operator controls on queues: pause and resume, stored where every claim reads them.
+"""Operator controls on queues: pause, resume and rate limits, stored where every
+claim reads them.
 
 A paused queue is a row in the queue-control table; every worker's claim skips the
 queues it names (one primary-key lookup per claim statement, see
@@ -63,6 +64,59 @@ class QueueControls(QueueCore):
             self._wake_workers(None, [name])
         return bool(changed)
 
+    @retry_if_rolled_back
+    def set_rate_limit(
+        self, name: str, max_starts: int, per_seconds: int, *, actor: str = SYSTEM_ACTOR
+    ) -> None:
+        """Let workers start at most ``max_starts`` jobs of queue ``name`` in any
+        ``per_seconds`` seconds, counted per ``rate_key`` (jobs enqueued without one
+        share one count), on every worker and machine from their next claim on.
+
+        The window slides: a start counts until ``per_seconds`` after it (whole
+        seconds, the queue's clock). Jobs over the limit stay QUEUED and start once
+        the window allows; idle workers sleep until then instead of polling. Replaces
+        the queue's previous limit.
+        """
+        name = validation.require_name("name", name, QUEUE_MAX)
+        max_starts = validation.require_int(
+            "max_starts", max_starts, minimum=1, maximum=validation.INT32_MAX
+        )
+        per_seconds = validation.require_int(
+            "per_seconds", per_seconds, minimum=1, maximum=validation.INT32_MAX
+        )
+        actor = validation.require_name("actor", actor, WORKER_ID_MAX)
+        self._require_queue_controls()
+        with self._write() as connection:
+            connection.execute(
+                self.sql.set_rate_limit,
+                {
+                    "p_name": name,
+                    "p_rate_limit": max_starts,
+                    "p_rate_period": per_seconds,
+                    "p_actor": actor,
+                },
+            )
+            # A raised limit may let waiting jobs start now.
+            self._announce_jobs(connection, [name])
+        self._wake_workers(None, [name])
+
+    @retry_if_rolled_back
+    def clear_rate_limit(self, name: str, *, actor: str = SYSTEM_ACTOR) -> bool:
+        """Remove queue ``name``'s rate limit and wake its idle workers; False when it
+        had none."""
+        name = validation.require_name("name", name, QUEUE_MAX)
+        actor = validation.require_name("actor", actor, WORKER_ID_MAX)
+        self._require_queue_controls()
+        with self._write() as connection:
+            changed = connection.execute(
+                self.sql.clear_rate_limit, {"p_name": name, "p_actor": actor}
+            ).rowcount
+            if changed:
+                self._announce_jobs(connection, [name])
+        if changed:
+            self._wake_workers(None, [name])
+        return bool(changed)
+
     def paused_queues(self) -> list[str]:
         """The names of the paused queues, sorted (empty without a control table)."""
         if self.tables.queues is None:
@@ -72,7 +126,7 @@ class QueueControls(QueueCore):
         return sorted(names)
 
     def queue_states(self) -> list[QueueState]:
-        """Every queue an operator has paused (now or before), by name."""
+        """Every queue an operator has paused (now or before) or rate-limited, by name."""
         if self.tables.queues is None:
             return []
         with self.read() as connection:
@@ -84,6 +138,8 @@ class QueueControls(QueueCore):
                 paused_at=row.paused_at,
                 changed_by=row.changed_by,
                 updated_at=row.updated_at,
+                rate_limit=row.rate_limit,
+                rate_period=row.rate_period,
             )
             for row in rows
         ]

@@ -124,10 +124,14 @@ def _sync_session(session: SessionArg) -> Session | None:
     return session
 
 
+_DETAIL_JSON = json.JSONEncoder(separators=(",", ":"), default=str)
+"""One encoder for every event's detail (``json.dumps`` with options builds one per call)."""
+
+
 def detail_json(detail: Mapping[str, Any] | None) -> str | None:
     if not detail:
         return None
-    return json.dumps(detail, separators=(",", ":"), default=str)
+    return _DETAIL_JSON.encode(detail)
 
 
 class QueueCore:
@@ -216,6 +220,11 @@ class QueueCore:
                 self.sql.notify_jobs, {"p_channel": self.sql.wake_channel, "p_queue": name}
             )
 
+    def _finished(self, job_ids: Iterable[int]) -> None:
+        """Wake this process's ``wait`` callers on ``job_ids``: their runs just ended
+        (the transaction has committed)."""
+        self.context.wakeups.notify_finished(job_ids)
+
     def _wake_workers(self, session: SessionArg, queues: Iterable[str]) -> None:
         """Wake this process's idle workers on ``queues``: now (our own transaction has
         committed) or when the caller's ``session`` commits."""
@@ -231,7 +240,7 @@ class QueueCore:
             arrays = {f"a_{name}": [row[f"p_{name}"] for row in rows] for name in _EVENT_FIELDS}
             connection.execute(self.sql.insert_events_from_arrays, arrays)
         elif rows:
-            connection.execute(self.sql.insert_event, rows)
+            self.sql.execute(connection, self.sql.insert_event, rows)
 
     @staticmethod
     def _event(

@@ -282,6 +282,7 @@ class Dependencies(QueueCore):
         connection: Connection,
         ended: Iterable[int],
         cancelled_children: list[int] | None = None,
+        actor: str = SYSTEM_ACTOR,
     ) -> set[str]:
         """Queue, recount or cancel the children of jobs that just ended.
 
@@ -290,9 +291,10 @@ class Dependencies(QueueCore):
         never counted twice. Returns the queues
         that got a job (for the caller to wake workers after commit; the NOTIFY is
         sent here). The ids of the descendants it cancelled are appended to
-        ``cancelled_children`` when given.
+        ``cancelled_children`` when given. Their CANCELLED events name ``actor``: the
+        operator (or ``system``) whose act ended the parent.
         """
-        return self._settle_children_of(connection, ended, cancelled_children)
+        return self._settle_children_of(connection, ended, cancelled_children, actor=actor)
 
     def _settle_children_of(
         self,
@@ -300,6 +302,7 @@ class Dependencies(QueueCore):
         jobs: Iterable[int],
         cancelled_children: list[int] | None = None,
         discarding: Collection[int] = (),
+        actor: str = SYSTEM_ACTOR,
     ) -> set[str]:
         """Bring every WAITING child of ``jobs`` in line with its parents as they are
         now (and theirs, transitively, for the children this cancels). Parents in
@@ -309,7 +312,7 @@ class Dependencies(QueueCore):
         woken: set[str] = set()
         frontier = sorted(set(jobs))
         while frontier:
-            frontier = self._settle_children(connection, frontier, woken, discarding)
+            frontier = self._settle_children(connection, frontier, woken, discarding, actor)
             if cancelled_children is not None:
                 cancelled_children.extend(frontier)
         if woken:
@@ -322,6 +325,7 @@ class Dependencies(QueueCore):
         parents: list[int],
         woken: set[str],
         discarding: Collection[int] = (),
+        actor: str = SYSTEM_ACTOR,
     ) -> list[int]:
         """One level of :meth:`_settle_children_of`; returns the children it cancelled.
 
@@ -370,7 +374,7 @@ class Dependencies(QueueCore):
                 )
             detail = {"was": JobStatus.WAITING.value, "reason": reason, "parent": parent,
                       "parent_status": status}  # fmt: skip
-            events.extend(self._event(i, Event.CANCELLED, SYSTEM_ACTOR, detail) for i in ids)
+            events.extend(self._event(i, Event.CANCELLED, actor, detail) for i in ids)
         for chunk in chunked(release):
             connection.execute(self.sql.release_waiting, {"p_ids": chunk})
         for child in release:

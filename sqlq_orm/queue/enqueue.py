@@ -15,7 +15,14 @@ from sqlq_orm.queue.app_columns import shown_values
 from sqlq_orm.queue.core import SYSTEM_ACTOR, SessionArg, retry_if_rolled_back
 from sqlq_orm.queue.dependencies import Dependencies
 from sqlq_orm.queue.types import EnqueuedJob, JobSpec
-from sqlq_orm.schema.mixins import CONCURRENCY_KEY_MAX, DEDUPE_KEY_MAX, QUEUE_MAX, REF_MAX, TYPE_MAX
+from sqlq_orm.schema.mixins import (
+    CONCURRENCY_KEY_MAX,
+    DEDUPE_KEY_MAX,
+    QUEUE_MAX,
+    RATE_KEY_MAX,
+    REF_MAX,
+    TYPE_MAX,
+)
 from sqlq_orm.schema.states import Event
 
 _DEDUPE_ROUNDS = 5
@@ -33,6 +40,7 @@ _ARRAY_COLUMNS = (
     "max_runtime_seconds",
     "concurrency_key",
     "concurrency_limit",
+    "rate_key",
 )
 """The per-job parameters ``insert_jobs_from_arrays`` takes, one array each."""
 
@@ -55,6 +63,8 @@ class Enqueueing(Dependencies):
         payload_ref: str | None,
         concurrency_key: str | None = None,
         concurrency_limit: int | None = None,
+        rate_key: str | None = None,
+        dedupe_period: int | None = None,
     ) -> dict[str, Any]:
         """Validate one job's arguments; return the parameters of the insert statement."""
         validation.require_name("type", type, TYPE_MAX)
@@ -70,6 +80,14 @@ class Enqueueing(Dependencies):
         validation.optional_name("dedupe_key", dedupe_key, DEDUPE_KEY_MAX)
         validation.optional_name("payload_ref", payload_ref, REF_MAX)
         key, limit = validation.concurrency(concurrency_key, concurrency_limit, CONCURRENCY_KEY_MAX)
+        validation.optional_name("rate_key", rate_key, RATE_KEY_MAX)
+        validation.optional_int(
+            "dedupe_period", dedupe_period, minimum=1, maximum=validation.INT32_MAX
+        )
+        if dedupe_period is not None and dedupe_key is None:
+            raise InvalidInput(
+                f"dedupe_period={dedupe_period!r} needs a dedupe_key (the key it holds)"
+            )
         return {
             "p_queue": queue,
             "p_type": type,
@@ -85,6 +103,8 @@ class Enqueueing(Dependencies):
             "p_max_runtime_seconds": max_runtime_seconds,
             "p_concurrency_key": key,
             "p_concurrency_limit": limit,
+            "p_rate_key": rate_key,
+            "p_dedupe_period": dedupe_period,
         }
 
     def _spec_params(self, spec: JobSpec) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -102,6 +122,8 @@ class Enqueueing(Dependencies):
             payload_ref=spec.payload_ref,
             concurrency_key=spec.concurrency_key,
             concurrency_limit=spec.concurrency_limit,
+            rate_key=spec.rate_key,
+            dedupe_period=spec.dedupe_period,
         )
         return params, self._check_app_values(spec.columns)
 
@@ -122,6 +144,8 @@ class Enqueueing(Dependencies):
         payload_ref: str | None = None,
         concurrency_key: str | None = None,
         concurrency_limit: int | None = None,
+        rate_key: str | None = None,
+        dedupe_period: int | None = None,
         session: SessionArg = None,
         depends_on: Iterable[int] | None = None,
         on_parent_failure: str = "cancel",
@@ -134,9 +158,14 @@ class Enqueueing(Dependencies):
         ``priority`` runs first. With ``dedupe_key``, while an unfinished job has the
         same key, that job is returned (``created=False``) instead of adding another;
         a key held by a job of another ``type`` or ``queue`` raises
-        :class:`~sqlq_orm.errors.DedupeConflict`. With ``concurrency_key``, at most
+        :class:`~sqlq_orm.errors.DedupeConflict`. With ``dedupe_period`` (seconds, needs
+        ``dedupe_key``) the key also holds that long after the job SUCCEEDED or FAILED:
+        an enqueue with it gets that finished job back the same way (a CANCELLED job
+        releases its key at once). With ``concurrency_key``, at most
         ``concurrency_limit`` (default 1) jobs sharing that key are CLAIMED or RUNNING
-        at once; the others wait in QUEUED without holding up other jobs.
+        at once; the others wait in QUEUED without holding up other jobs. In a queue
+        with a rate limit (:meth:`set_rate_limit`), the limit counts the starts of
+        each ``rate_key`` apart (jobs without one share one count).
         With ``session``, the job is written in the caller's transaction and commits or
         rolls back with it. Extra keyword arguments fill columns a host app added to
         its job model. Bad input raises :class:`~sqlq_orm.errors.InvalidInput` and
@@ -160,6 +189,8 @@ class Enqueueing(Dependencies):
             payload_ref=payload_ref,
             concurrency_key=concurrency_key,
             concurrency_limit=concurrency_limit,
+            rate_key=rate_key,
+            dedupe_period=dedupe_period,
         )
         app_columns = self._check_app_values(app_columns)
         request = self._dependency_request(depends_on, on_parent_failure)
@@ -186,6 +217,9 @@ class Enqueueing(Dependencies):
         statement = self.sql.insert_job
         if params["p_dedupe_key"] is not None:
             statement = self.sql.insert_job_unless_duplicate
+            held = self._held_duplicate(connection, params)
+            if held is not None:
+                return held, False
         if app_columns:
             statement = statement.values(dict(app_columns))
         job_id = self.sql.insert_unless_duplicate(connection, statement, params)
@@ -230,6 +264,11 @@ class Enqueueing(Dependencies):
                         wanted,
                     )
                 return int(existing.id), 0
+            # The active holder may just have finished while keeping its key for a
+            # period: that counts as a hold too.
+            held = self._held_duplicate(connection, params)
+            if held is not None:
+                return held, 0
             job_id = self.sql.insert_unless_duplicate(connection, statement, params)
             if job_id is not None:
                 return None, int(job_id)
@@ -237,6 +276,20 @@ class Enqueueing(Dependencies):
             f"enqueue with dedupe_key {params['p_dedupe_key']!r} kept colliding with jobs "
             f"that finished at once ({_DEDUPE_ROUNDS} rounds); nothing was written, try again"
         )
+
+    def _held_duplicate(self, connection: Connection, params: dict[str, Any]) -> int | None:
+        """The id of a finished job still holding ``p_dedupe_key`` for its
+        ``dedupe_period``, or None; :class:`~sqlq_orm.errors.DedupeConflict` when it is
+        of another type or queue (as for an unfinished holder)."""
+        held = connection.execute(
+            self.sql.find_held_by_dedupe_key, {"p_dedupe_key": params["p_dedupe_key"]}
+        ).one_or_none()
+        if held is None:
+            return None
+        wanted = (params["p_type"], params["p_queue"])
+        if (held.type, held.queue) != wanted:
+            raise DedupeConflict(params["p_dedupe_key"], held.id, (held.type, held.queue), wanted)
+        return int(held.id)
 
     @retry_if_rolled_back
     def enqueue_many(

@@ -7,10 +7,27 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from sqlq_orm.core.backoff import MAX_BACKOFF_SECONDS, whole_delay
 from sqlq_orm.core.lease import Lease
+from sqlq_orm.core.timing import not_before
+from sqlq_orm.errors import InvalidInput
 from sqlq_orm.queue.core import DeferredWrites
 from sqlq_orm.queue.dependencies import Dependencies
 from sqlq_orm.schema.states import AttemptStatus, Event, JobStatus
+
+
+def retry_delay(retry_in: object) -> int | None:
+    """``retry_in`` seconds (``JobError(retry_in=...)``) as the whole seconds to add to
+    the database's now, never early and never below 1; None stays None."""
+    if retry_in is None:
+        return None
+    if isinstance(retry_in, bool) or not isinstance(retry_in, (int, float)):
+        raise InvalidInput(f"retry_in must be a number of seconds, got {retry_in!r}")
+    if not 0 <= retry_in <= MAX_BACKOFF_SECONDS:  # also refuses NaN and infinity
+        raise InvalidInput(
+            f"retry_in must be between 0 and {MAX_BACKOFF_SECONDS} seconds, got {retry_in!r}"
+        )
+    return whole_delay(not_before(retry_in))
 
 
 @dataclass(frozen=True)
@@ -28,6 +45,8 @@ class FailedRun:
     detail: str | None
     actor: str
     note: dict[str, Any] | None = None
+    retry_delay: int | None = None
+    """Whole seconds before the retry, instead of the queue's retry policy."""
 
 
 class FailureRecording(Dependencies):
@@ -41,7 +60,8 @@ class FailureRecording(Dependencies):
         code: str | None,
         detail: str | None,
     ) -> None:
-        connection.execute(
+        self.sql.execute(
+            connection,
             self.sql.close_attempt_upsert,
             {
                 "p_job_id": lease.job_id,
@@ -69,6 +89,7 @@ class FailureRecording(Dependencies):
         actor: str,
         note: dict[str, Any] | None = None,
         deferred: DeferredWrites | None = None,
+        retry_delay: int | None = None,
     ) -> JobStatus | None:
         """Requeue with backoff or fail a held job; None if the guard did not match.
 
@@ -80,7 +101,7 @@ class FailureRecording(Dependencies):
         """
         run = FailedRun(
             job_id, token, seen_status, attempt, worker_id, retry_count, max_retries,
-            code, detail, actor, note,
+            code, detail, actor, note, retry_delay,
         )  # fmt: skip
         writes = deferred if deferred is not None else DeferredWrites()
         (outcome,) = self._end_attempts_with_failure(connection, [run], writes)
@@ -118,7 +139,11 @@ class FailureRecording(Dependencies):
         plans = [
             (
                 run,
-                self.retry_policy.delay_seconds(run.retry_count + 1)
+                (
+                    run.retry_delay
+                    if run.retry_delay is not None
+                    else self.retry_policy.delay_seconds(run.retry_count + 1)
+                )
                 if run.retry_count < run.max_retries
                 else None,
             )
@@ -207,5 +232,5 @@ class FailureRecording(Dependencies):
     def _flush(self, connection: Connection, writes: DeferredWrites) -> None:
         """Write collected attempt closes and events: one ``executemany`` each."""
         if writes.attempts:
-            connection.execute(self.sql.close_attempt_upsert, writes.attempts)
+            self.sql.execute(connection, self.sql.close_attempt_upsert, writes.attempts)
         self._write_events(connection, writes.events)

@@ -16,7 +16,7 @@ from sqlq_orm.core import error_codes, validation
 from sqlq_orm.core.lease import Lease
 from sqlq_orm.errors import InvalidInput, LeaseLost, MaxRuntimeExceeded
 from sqlq_orm.queue.core import DeferredWrites, retry_if_rolled_back
-from sqlq_orm.queue.failures import FailedRun, FailureRecording
+from sqlq_orm.queue.failures import FailedRun, FailureRecording, retry_delay
 from sqlq_orm.queue.types import JobFailure
 from sqlq_orm.schema.states import AttemptStatus, Event, JobStatus
 
@@ -163,6 +163,7 @@ class BatchedLeaseCalls(FailureRecording):
                 code=code,
                 detail=detail,
                 actor=failure.lease.worker_id,
+                retry_delay=retry_delay(failure.retry_in),
             )
             for failure, code, detail in checked
         ]
@@ -170,6 +171,7 @@ class BatchedLeaseCalls(FailureRecording):
         with self._write() as connection:
             outcomes = self._end_attempts_with_failure(connection, runs, writes)
             self._flush(connection, writes)
+        self._finished(run.job_id for run in runs)
         return {run.job_id: outcome for run, outcome in zip(runs, outcomes, strict=True)}
 
     @retry_if_rolled_back

@@ -17,7 +17,7 @@ from sqlq_orm.errors import (
     LeaseLost,
 )
 from sqlq_orm.queue.core import retry_if_rolled_back
-from sqlq_orm.queue.failures import FailureRecording
+from sqlq_orm.queue.failures import FailureRecording, retry_delay
 from sqlq_orm.schema.mixins import REF_MAX
 from sqlq_orm.schema.states import AttemptStatus, Event, JobStatus
 
@@ -36,7 +36,8 @@ class LeaseCalls(FailureRecording):
             row = rows[0]
             lease.attempt = row.attempt_count
             lease.deadline_at = row.deadline_at
-            connection.execute(
+            self.sql.execute(
+                connection,
                 self.sql.open_attempt,
                 {"p_job_id": lease.job_id, "p_attempt": lease.attempt, "p_worker": lease.worker_id},
             )
@@ -88,6 +89,7 @@ class LeaseCalls(FailureRecording):
             woken: set[str] = set()
             if any(tuple(rows[0])[1:]):  # has_dependents, where the models have dependencies
                 woken = self._parents_ended(connection, [lease.job_id])
+        self._finished([lease.job_id])
         if woken:
             self._wake_workers(None, woken)
 
@@ -129,12 +131,15 @@ class LeaseCalls(FailureRecording):
                 if done:
                     # Attempt closes and events in SQL from the rows just finished.
                     history = {"p_ids": sorted(done)}
-                    connection.execute(self.sql.close_succeeded_attempts_of_batch, history)
-                    connection.execute(self.sql.succeeded_events_of_batch, history)
+                    self.sql.execute(
+                        connection, self.sql.close_succeeded_attempts_of_batch, history
+                    )
+                    self.sql.execute(connection, self.sql.succeeded_events_of_batch, history)
             # The statement said which jobs have children: a batch without any is done.
             parents = [row[0] for row in rows if self.sql.has_dependencies and row[3]]
             if parents:
                 woken = self._parents_ended(connection, parents)
+        self._finished(done)
         if woken:
             self._wake_workers(None, woken)
         return [lease for lease in by_id.values() if lease.job_id not in done]
@@ -147,12 +152,14 @@ class LeaseCalls(FailureRecording):
         error_detail: str | None = None,
         *,
         retryable: bool = True,
+        retry_in: float | None = None,
     ) -> JobStatus:
         """Record a failed run; return where the job went (QUEUED or FAILED).
 
         With retries left and ``retryable``, the job goes back to QUEUED with
-        ``retry_count + 1`` and ``run_at`` pushed out by the retry policy
-        (RETRY_SCHEDULED event); otherwise it ends FAILED (FAILED event).
+        ``retry_count + 1`` and ``run_at`` pushed out by the retry policy, or by
+        ``retry_in`` seconds when given (RETRY_SCHEDULED event); otherwise it ends
+        FAILED (FAILED event).
         ``error_code`` must be ``CATEGORY:SUBCATEGORY``; ``error_detail`` is cut to a
         short summary. A claimed job that was never started may be failed too (say,
         its payload cannot be read); it has no attempt row to close.
@@ -160,6 +167,7 @@ class LeaseCalls(FailureRecording):
         self._lease_params(lease)
         code = error_codes.normalize_error_code(error_code)
         detail = error_codes.summarize_detail(error_detail)
+        delay = retry_delay(retry_in)
         with self._write() as connection:
             status = self._end_attempt_with_failure(
                 connection,
@@ -173,9 +181,11 @@ class LeaseCalls(FailureRecording):
                 code=code,
                 detail=detail,
                 actor=lease.worker_id,
+                retry_delay=delay,
             )
             if status is None:
                 raise LeaseLost(lease.job_id)
+        self._finished([lease.job_id])
         return status
 
     @retry_if_rolled_back

@@ -10,6 +10,7 @@ FAILED or CANCELLED has no result: asking raises
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,18 +21,24 @@ from sqlq_orm.errors import InvalidInput, JobFailed, JobNotFound, ResultNotReady
 from sqlq_orm.queue.core import QueueCore
 from sqlq_orm.schema.states import JobStatus
 
-_FIRST_PAUSE = 0.002
+_FIRST_PAUSE = 0.005
 _PAUSE_GROWTH = 1.5
 _LONGEST_PAUSE = 0.02
-"""A wait reads the job by its primary key after 2 ms, then ever less often, up to every
-20 ms: a finish is seen within about 20 ms, at a cost of one indexed read per pause."""
+"""Between wake-ups a wait reads the job by its primary key after 5 ms, then ever less
+often, up to every 20 ms: a job finished by a worker in another process (whose finish
+wakes nobody here) is seen within about 20 ms, at one indexed read per pause."""
+
+
+def _pause_until_woken(seconds: float, wake: threading.Event) -> None:
+    wake.wait(seconds)
 
 
 class Results(QueueCore):
     """Reading a job's result, and waiting for it."""
 
-    _pause: Callable[[float], object] = staticmethod(time.sleep)
-    """How a wait pauses between reads (an ``AsyncQueue`` yields to its event loop)."""
+    _pause: Callable[[float, threading.Event], object] = staticmethod(_pause_until_woken)
+    """How a wait pauses until the next read: until ``seconds`` pass or the wake-up is
+    set (an ``AsyncQueue`` yields to its event loop meanwhile)."""
 
     def result(self, job_id: int) -> Any:
         """What job ``job_id`` returned (a JSON value; None when it returned none).
@@ -59,15 +66,24 @@ class Results(QueueCore):
             raise InvalidInput(f"timeout must be a number of seconds >= 0, got {timeout!r}")
         deadline = time.monotonic() + timeout
         pause = _FIRST_PAUSE
-        while True:
-            status, value = self._outcome(job_id)
-            if status is None:
-                return value
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise WaitTimeout(job_id, status, timeout)
-            self._pause(min(pause, left))
-            pause = min(pause * _PAUSE_GROWTH, _LONGEST_PAUSE)
+        # Subscribed before the first read, so a finish between the read and the pause
+        # still wakes it: a run ending in this process (a worker thread, another
+        # task) wakes the wait at once, instead of at its next read.
+        woken = threading.Event()
+        unsubscribe = self.context.wakeups.wait_for_finish(job_id, woken)
+        try:
+            while True:
+                woken.clear()
+                status, value = self._outcome(job_id)
+                if status is None:
+                    return value
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise WaitTimeout(job_id, status, timeout)
+                self._pause(min(pause, left), woken)
+                pause = min(pause * _PAUSE_GROWTH, _LONGEST_PAUSE)
+        finally:
+            unsubscribe()
 
     def _outcome(self, job_id: int) -> tuple[str | None, Any]:
         """``(None, result)`` for a job that succeeded, ``(status, None)`` for one under

@@ -63,6 +63,8 @@ class JobSpec:
     dedupe_key: str | None = None
     concurrency_key: str | None = None
     concurrency_limit: int | None = None
+    rate_key: str | None = None
+    dedupe_period: int | None = None
     columns: Mapping[str, Any] = field(default_factory=dict)
     """Values for columns the host app added to its job model."""
     depends_on: Sequence[int] = ()
@@ -113,6 +115,8 @@ class JobFailure:
     error_code: str
     error_detail: str | None = None
     retryable: bool = True
+    retry_in: float | None = None
+    """Seconds before the retry (if there is one), instead of the queue's retry policy."""
 
 
 @dataclass(frozen=True)
@@ -156,8 +160,12 @@ class QueueState:
     paused_at: int | None
     """When it was paused (epoch seconds), None while it runs."""
     changed_by: str | None
-    """Who last paused or resumed it."""
+    """Who last paused or resumed it, or changed its rate limit."""
     updated_at: int
+    rate_limit: int | None = None
+    """At most this many job starts per ``rate_period`` seconds, per ``rate_key``
+    (None: no limit; see :meth:`Queue.set_rate_limit`)."""
+    rate_period: int | None = None
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 
+from sqlalchemy.engine import Connection
+
 from sqlq_orm.core import validation
 from sqlq_orm.db.backends import WakeListener
 from sqlq_orm.db.context import QueueContext
@@ -129,4 +131,24 @@ class JobArrivals(QueueCore):
             due = connection.execute(
                 self.sql.seconds_until_next_job, {"p_queues": list(names)}
             ).scalar_one()
-        return None if due is None else int(due)
+            dues = [] if due is None else [int(due)]
+            if self.tables.queues is not None:
+                dues += self._rate_limited_due(connection, list(names))
+        return min(dues) if dues else None
+
+    def _rate_limited_due(self, connection: Connection, names: list[str]) -> list[int]:
+        """When each rate-limited queue among ``names`` with queued jobs may start one:
+        when its earliest job is due, or, if its window has starts, when the oldest
+        leaves it (a full key frees then; jobs of keys with room were claimed already).
+        Never "now" for a queue held back only by its window: no busy polling."""
+        dues: list[int] = []
+        limited = connection.execute(self.sql.select_rate_limited, {"p_queues": names}).all()
+        for name, _limit, period in limited:
+            queued = connection.execute(self.sql.queue_due_in, {"p_queue": name}).scalar_one()
+            if queued is None:
+                continue
+            frees = connection.execute(
+                self.sql.window_frees_in, {"p_queue": name, "p_period": int(period)}
+            ).scalar_one()
+            dues.append(int(queued) if frees is None else max(int(queued), int(frees)))
+        return dues

@@ -61,6 +61,7 @@ ERROR_DETAIL_MAX = 500
 REF_MAX = 1000
 DEDUPE_KEY_MAX = 255
 CONCURRENCY_KEY_MAX = 255
+RATE_KEY_MAX = 255
 
 
 MYSQL_TABLE_OPTIONS: dict[str, str] = {
@@ -87,6 +88,7 @@ JOB_MIXIN_COLUMNS = frozenset(
         "lease_token", "attempt_count", "retry_count", "max_retries",
         "max_runtime_seconds", "error_code", "error_detail", "pending_parents",
         "has_dependents", "concurrency_key", "concurrency_limit", "result",
+        "rate_key", "rate_started_at", "dedupe_period",
     }
 )  # fmt: skip
 """The columns :class:`JobMixin` defines; any other column of a job table is the app's."""
@@ -157,11 +159,19 @@ class JobMixin:
     # at once (enforced by the claim; both NULL for a job without a limit).
     concurrency_key: Mapped[str | None] = mapped_column(String(CONCURRENCY_KEY_MAX))
     concurrency_limit: Mapped[int | None] = mapped_column(Integer)
-    # Last, as sqlq_0007 added it. What a handler returned as a JobResult (a task's
+    # After them, as sqlq_0007 added it. What a handler returned as a JobResult (a task's
     # return value): JSON text, capped like the payload; NULL when it returned none.
     # The database's JSON type like the payload (sqlq_0010): the same text, the same
     # guarantees, and a result is as worth searching as an argument.
     result: Mapped[str | None] = mapped_column(JsonText)
+    # After it, as sqlq_0011 added them. In a queue with a rate limit, the limit
+    # counts starts per rate_key (NULL: the queue's one shared bucket); rate_started_at
+    # is when the claim last started the job under that limit (NULL elsewhere).
+    rate_key: Mapped[str | None] = mapped_column(String(RATE_KEY_MAX))
+    rate_started_at: Mapped[int | None] = mapped_column(BigInteger)
+    # The dedupe_key also holds for this many seconds after the job SUCCEEDED or
+    # FAILED (from finished_at); NULL: only while the job is unfinished.
+    dedupe_period: Mapped[int | None] = mapped_column(Integer)
 
     @declared_attr
     def attempts(cls) -> Mapped[list[Any]]:
@@ -257,6 +267,24 @@ class JobMixin:
                 "status",
                 sqlite_where=text("concurrency_key IS NOT NULL"),
                 postgresql_where=text("concurrency_key IS NOT NULL"),
+            ),
+            # the claim's rate-limit count: starts WHERE queue = ? AND rate_started_at
+            # > now - period. Partial where the database allows: only jobs started
+            # under a rate limit are in it.
+            Index(
+                conv(f"ix_{t}_rate_window"),
+                "queue",
+                "rate_started_at",
+                sqlite_where=text("rate_started_at IS NOT NULL"),
+                postgresql_where=text("rate_started_at IS NOT NULL"),
+            ),
+            # dedupe_period: a finished job's key held for a while after it ended
+            Index(
+                conv(f"ix_{t}_dedupe_period"),
+                "dedupe_key",
+                "finished_at",
+                sqlite_where=text("dedupe_period IS NOT NULL"),
+                postgresql_where=text("dedupe_period IS NOT NULL"),
             ),
             # idempotent enqueue: one unfinished job per dedupe key
             Index(

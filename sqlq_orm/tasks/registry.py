@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
 from sqlq_orm.core import validation
+from sqlq_orm.core.backoff import Backoff, backoff_of
 from sqlq_orm.errors import InvalidInput, SqlqError
 from sqlq_orm.queue.queue import Queue
 from sqlq_orm.schema.mixins import TYPE_MAX
@@ -61,11 +62,13 @@ class TaskDecorator:
         name: str | None,
         options: TaskOptions,
         failures: FailurePolicy | None = None,
+        lease: int | None = None,
     ) -> None:
         self.registry = registry
         self.name = name
         self.options = options
         self.failures = failures
+        self.lease = lease
 
     @overload
     def __call__(
@@ -83,7 +86,11 @@ class TaskDecorator:
     def __call__(self, function: Callable[P, R]) -> Task[P, R]: ...
     def __call__(self, function: Callable[..., Any]) -> Task[Any, Any]:
         return self.registry.add_task(
-            function, name=self.name, options=self.options, failures=self.failures
+            function,
+            name=self.name,
+            options=self.options,
+            failures=self.failures,
+            lease=self.lease,
         )
 
 
@@ -178,18 +185,37 @@ class TaskRegistry(HandlerRegistry):
         depends_on: Sequence[int] | None = None,
         retry_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
         no_retry_on: type[BaseException] | tuple[type[BaseException], ...] = (),
+        backoff: Backoff | float | Callable[[int], float] | None = None,
+        lease: int | None = None,
+        rate_key: KeyOption = None,
+        dedupe_period: int | None = None,
     ) -> TaskDecorator:
         """Decorator: make the function a task, with these options as its defaults.
 
         ``name`` is the job type (default: the function's import path,
         ``module.qualname``); pass it to keep old jobs runnable after a rename or a
-        move. ``dedupe_key`` and ``concurrency_key`` are strings or functions of the
-        task's arguments. The other options mean what they mean in
+        move. ``dedupe_key``, ``concurrency_key`` and ``rate_key`` are strings or
+        functions of the task's arguments. The other options mean what they mean in
         :meth:`Queue.enqueue <sqlq_orm.Queue.enqueue>`; each call can override them
         with :meth:`Task.options`. ``retry_on`` (only these exceptions are retried)
         and ``no_retry_on`` (these never are) take exception classes; a plain
         exception fails the run with an error code named after its class
         (``EXCEPTION:KEY_ERROR``, see :mod:`sqlq_orm.tasks.failures`).
+
+        ``backoff`` is how long this task's failed runs wait before a retry, instead
+        of the queue's :class:`~sqlq_orm.RetryPolicy`: a shape
+        (:class:`~sqlq_orm.RetryPolicy` for exponential with jitter,
+        :class:`~sqlq_orm.FixedBackoff`, :class:`~sqlq_orm.LinearBackoff`), a number
+        of seconds (fixed), or a function ``(retry_number) -> seconds`` (1 for the
+        first retry). It is checked here: a wrong one raises
+        :class:`~sqlq_orm.InvalidInput` naming the task.
+
+        ``lease`` (whole seconds, at least 2) is how long this task's jobs stay held
+        without a heartbeat, instead of the worker's ``lease_seconds``: longer for a
+        task whose heartbeats may come late, shorter to get its jobs back sooner after
+        a worker dies. The worker renews these leases for that long, heartbeats within
+        a third of the shortest, and self-fences after it; the claim itself still takes
+        the worker's lease until the first heartbeat.
         """
         options = TaskOptions(
             queue=queue,
@@ -201,12 +227,23 @@ class TaskRegistry(HandlerRegistry):
             concurrency_limit=concurrency_limit,
             delay=delay,
             depends_on=depends_on,
+            rate_key=rate_key,
+            dedupe_period=dedupe_period,
         )
         failures = FailurePolicy(
             retry_on=None if retry_on is None else exception_classes(retry_on, "retry_on"),
             no_retry_on=exception_classes(no_retry_on, "no_retry_on"),
+            backoff=None
+            if backoff is None
+            else backoff_of(backoff, f"task {name!r}" if name else "registry.task(backoff=...)"),
         )
-        return TaskDecorator(self, name, options, failures)
+        if lease is not None:
+            try:
+                lease = validation.lease_seconds(lease)
+            except InvalidInput as exc:
+                owner = f"task {name!r}" if name else "registry.task(lease=...)"
+                raise InvalidInput(f"{owner}: lease={lease!r} refused: {exc}") from None
+        return TaskDecorator(self, name, options, failures, lease)
 
     def add_task(
         self,
@@ -215,13 +252,14 @@ class TaskRegistry(HandlerRegistry):
         name: str | None,
         options: TaskOptions,
         failures: FailurePolicy | None = None,
+        lease: int | None = None,
     ) -> Task[Any, Any]:
         """Register ``function`` as a task (what the decorator does); return the task."""
         if not callable(function):
             raise InvalidInput(f"a task must be a function, got {function!r}")
         task_name = name if name is not None else default_task_name(function)
         validation.require_name("task name", task_name, TYPE_MAX)
-        for key in ("dedupe_key", "concurrency_key"):
+        for key in ("dedupe_key", "concurrency_key", "rate_key"):
             value = getattr(options, key)
             if value is not None and not (isinstance(value, str) or callable(value)):
                 raise InvalidInput(
@@ -232,6 +270,8 @@ class TaskRegistry(HandlerRegistry):
         runner_class = AsyncTaskRunner if is_coroutine_handler(function) else TaskRunner
         runner = runner_class(function, signature, failures, self._middlewares)
         self.register(task_name, runner)
+        if lease is not None:
+            self.set_lease_seconds(task_name, lease)
         task: Task[Any, Any] = Task(
             function, name=task_name, registry=self, options=options, signature=signature
         )

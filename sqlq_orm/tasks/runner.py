@@ -80,7 +80,9 @@ class TaskRunner:
             else:
                 returned = self.function(*args, **kwargs)
         except Exception as exc:
-            raise self.failures.classify(exc, self.signature.task_name) from exc
+            raise self.failures.classify(
+                exc, self.signature.task_name, ctx.retry_count + 1
+            ) from exc
         # A returned string is the task's result, not a result_ref (as for a handler).
         return self.stored(returned)
 
@@ -98,5 +100,7 @@ class AsyncTaskRunner(TaskRunner):
             else:
                 returned = await self.function(*args, **kwargs)
         except Exception as exc:
-            raise self.failures.classify(exc, self.signature.task_name) from exc
+            raise self.failures.classify(
+                exc, self.signature.task_name, ctx.retry_count + 1
+            ) from exc
         return self.stored(returned)

@@ -66,6 +66,10 @@ class TaskOptions:
     session: Any = None
     """Enqueue in the caller's transaction (a ``Session``; an ``AsyncSession`` for
     :meth:`Task.enqueue_async`)."""
+    rate_key: KeyOption = None
+    """A string or a function of the task's arguments (e.g. the tenant)."""
+    dedupe_period: int | None = None
+    """Applies to the calls that have a ``dedupe_key`` (see ``Queue.enqueue``)."""
 
 
 class Task(Generic[P, R]):
@@ -113,6 +117,8 @@ class Task(Generic[P, R]):
         on_parent_failure: str = _UNSET,
         columns: Mapping[str, Any] = _UNSET,
         session: Any = _UNSET,
+        rate_key: KeyOption = _UNSET,
+        dedupe_period: int | None = _UNSET,
     ) -> Task[P, R]:
         """This task with some options changed for the calls made through it::
 
@@ -151,6 +157,9 @@ class Task(Generic[P, R]):
             columns=options.columns,
             depends_on=tuple(options.depends_on or ()),
             on_parent_failure=options.on_parent_failure,
+            rate_key=self._key("rate_key", options.rate_key, args, kwargs),
+            # The period of the calls that have a dedupe key (others have none to hold).
+            dedupe_period=None if dedupe_key is None else options.dedupe_period,
         )
 
     def _bound(
@@ -193,6 +202,8 @@ class Task(Generic[P, R]):
             "depends_on": options.depends_on,
             "on_parent_failure": spec.on_parent_failure,
             "session": options.session,
+            "rate_key": spec.rate_key,
+            "dedupe_period": spec.dedupe_period,
             **spec.columns,
         }
 
@@ -213,7 +224,9 @@ class Task(Generic[P, R]):
                 max_runtime_seconds=o.max_runtime_seconds, dedupe_key=dedupe_key,
                 concurrency_key=concurrency_key, concurrency_limit=o.concurrency_limit,
                 depends_on=o.depends_on, on_parent_failure=o.on_parent_failure,
-                session=o.session, **o.columns,
+                session=o.session,
+                rate_key=self._key("rate_key", o.rate_key, args, kwargs),
+                dedupe_period=None if dedupe_key is None else o.dedupe_period, **o.columns,
             )  # fmt: skip
         spec = self.spec(*args, **kwargs)
         queue = self.registry.queue

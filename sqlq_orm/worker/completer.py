@@ -160,7 +160,13 @@ class Completer:
     def _record_failures(self, pending: list[Pending]) -> None:
         went_to = self._queue.fail_many(
             [
-                JobFailure(run.lease, o.error_code or "", o.error_detail, retryable=o.retryable)
+                JobFailure(
+                    run.lease,
+                    o.error_code or "",
+                    o.error_detail,
+                    retryable=o.retryable,
+                    retry_in=o.retry_in,
+                )
                 for run, o in pending
             ]
         )

@@ -38,6 +38,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
+from sqlq_orm.core import validation
 from sqlq_orm.core.schedule import (
     DEFAULT_CATCH_UP_LIMIT,
     DEFAULT_GRACE_SECONDS,
@@ -67,8 +68,24 @@ class HandlerRegistry:
         self._coroutines: set[str] = set()
         self._loop_cleanups: list[Callable[[], Awaitable[Any]]] = []
         self._schedules: dict[str, Schedule] = {}
+        self._leases: dict[str, int] = {}
         for job_type, function in (handlers or {}).items():
             self.register(job_type, function)
+
+    def set_lease_seconds(self, job_type: str, seconds: int) -> None:
+        """Hold ``job_type``'s jobs with leases of ``seconds`` instead of the worker's
+        ``lease_seconds`` (a task's ``lease=``): its heartbeats renew them for that long,
+        and the worker heartbeats often enough for the shortest such lease."""
+        self._leases[job_type] = validation.lease_seconds(seconds)
+
+    def lease_seconds_of(self, job_type: str) -> int | None:
+        """``job_type``'s own lease length, or None (the worker's)."""
+        return self._leases.get(job_type)
+
+    @property
+    def lease_lengths(self) -> dict[str, int]:
+        """Every job type with its own lease length."""
+        return dict(self._leases)
 
     def register(self, job_type: str, function: Handler) -> Handler:
         """Make ``function`` the handler of ``job_type``; return it unchanged."""
@@ -260,6 +277,7 @@ class JobContext:
         leased_at: float,
         shutdown: threading.Event,
         columns: Mapping[str, Any] | None = None,
+        retry_count: int = 0,
     ) -> None:
         self.job_id = job_id
         self.attempt = attempt
@@ -269,6 +287,8 @@ class JobContext:
         self.payload_ref = payload_ref
         self.worker_id = worker_id
         self.retries_left = retries_left
+        self.retry_count = retry_count
+        """Retries spent before this run (0 on the first run; snoozes do not count)."""
         self.columns: Mapping[str, Any] = dict(columns or {})
         """The job's values for the columns the host app added (e.g. ``tenant_id``)."""
         self._lease_seconds = lease_seconds
@@ -317,6 +337,12 @@ class JobContext:
             overdue = time.monotonic() - self._renewed_at >= self._lease_seconds
         if overdue:
             self._give_up(f"no heartbeat got through for {self._lease_seconds:g}s (self-fenced)")
+
+    @property
+    def lease_seconds(self) -> float:
+        """How long the job's lease lasts without a heartbeat (its task's ``lease=``, or
+        the worker's ``lease_seconds``)."""
+        return self._lease_seconds
 
     @property
     def _given_up(self) -> bool:

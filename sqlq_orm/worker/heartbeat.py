@@ -142,14 +142,14 @@ class Heartbeat:
         # Sent even when overdue: if the database still takes it, nobody has taken
         # the job over and the lease is ours again.
         sent = time.monotonic()
-        try:
-            results = once_more_if_disconnected(
-                lambda: self.queue.heartbeat_many([run.lease for run in held], self.lease_seconds),
-                f"heartbeat of {len(held)} lease(s)",
-            )
-        except SQLAlchemyError as exc:
-            log.warning("heartbeat of %d lease(s) failed (%s)", len(held), one_line(str(exc)))
-            results = {}
+        # One statement per lease length: the worker's, and each task's own lease=.
+        by_length: dict[int, list[JobRun]] = {}
+        for run in held:
+            length = int(run.context.lease_seconds)
+            by_length.setdefault(length, []).append(run)
+        results: dict[int, int | LeaseLost | MaxRuntimeExceeded] = {}
+        for length, runs in by_length.items():
+            results.update(self._renew_for(runs, length))
         for run in held:
             result = results.get(run.lease.job_id)
             if isinstance(result, MaxRuntimeExceeded):
@@ -164,3 +164,15 @@ class Heartbeat:
             reason = run.context.stop_reason  # self-fences once a whole lease went by
             if reason is not None:
                 self.runs.abandon(run, reason)
+
+    def _renew_for(
+        self, runs: list[JobRun], lease_seconds: int
+    ) -> dict[int, int | LeaseLost | MaxRuntimeExceeded]:
+        try:
+            return once_more_if_disconnected(
+                lambda: self.queue.heartbeat_many([run.lease for run in runs], lease_seconds),
+                f"heartbeat of {len(runs)} lease(s)",
+            )
+        except SQLAlchemyError as exc:
+            log.warning("heartbeat of %d lease(s) failed (%s)", len(runs), one_line(str(exc)))
+            return {}

@@ -37,6 +37,9 @@ class Outcome:
     """A value returned as a :class:`~sqlq_orm.core.results.JobResult`, to store as JSON."""
     snooze: float | None = None
     """Seconds until the job runs again, when the handler raised ``Snooze``."""
+    retry_in: float | None = None
+    """Seconds until a retried failure runs again, instead of the queue's backoff
+    (``JobError(retry_in=...)``, or a task's own backoff)."""
 
     @property
     def succeeded(self) -> bool:
@@ -72,7 +75,7 @@ def outcome_of_exception(exc: BaseException) -> Outcome:
                 f"handler raised JobError with invalid code {exc.code!r}: {exc.detail}",
                 retryable=False,
             )
-        return Outcome(code, exc.detail or None, retryable=exc.retryable)
+        return Outcome(code, exc.detail or None, retryable=exc.retryable, retry_in=exc.retry_in)
     summary = f"{type(exc).__name__}: {one_line(str(exc))}".rstrip(": ")
     if isinstance(exc, TimeoutError):
         return Outcome(TIMEOUT_UNHANDLED, summary)

@@ -188,6 +188,10 @@ class Worker:
                 f"heartbeat_interval must be > 0 and shorter than the lease "
                 f"({self.lease_seconds}s), got {heartbeat_interval!r}"
             )
+        # A job type with a shorter lease of its own (a task's lease=) is renewed
+        # within a third of it too: one round renews every lease the worker holds.
+        shortest = min(self.handlers.lease_lengths.values(), default=self.lease_seconds)
+        self.heartbeat_interval = min(self.heartbeat_interval, shortest / 3)
         if not poll_interval > 0:
             raise InvalidInput(f"poll_interval must be > 0 seconds, got {poll_interval!r}")
         self.poll_interval = float(poll_interval)
@@ -397,7 +401,8 @@ class Worker:
             payload_ref=lease.payload_ref,
             worker_id=self.worker_id,
             retries_left=lease.retries_left,
-            lease_seconds=self.lease_seconds,
+            retry_count=lease.retry_count,
+            lease_seconds=self.handlers.lease_seconds_of(lease.type) or self.lease_seconds,
             leased_at=leased_at,
             shutdown=self._stop.shutdown,
             columns=lease.columns,

@@ -114,12 +114,15 @@ def seed_history(hostapp: SimpleNamespace, engine: sqlalchemy.Engine, queue: sql
         queue.succeed(queue.start(lease))
 
 
+# The example's newest revision: the app's next one revises it.
+EXAMPLE_HEAD = max(path.name[:4] for path in (EXAMPLE / "migrations" / "versions").glob("0*.py"))
+
 REBUILD_REVISION = """
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0007"
-down_revision = "0006"
+revision = "0100"
+down_revision = "EXAMPLE_HEAD"
 branch_labels = None
 depends_on = None
 
@@ -145,7 +148,9 @@ def test_example_second_revision_rebuilding_sqlq_jobs_keeps_the_history(
 ):
     project = tmp_path / "hostapp"
     shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("__pycache__"))
-    (project / "migrations" / "versions" / "0007_refund_order.py").write_text(REBUILD_REVISION)
+    (project / "migrations" / "versions" / "0100_refund_order.py").write_text(
+        REBUILD_REVISION.replace("EXAMPLE_HEAD", EXAMPLE_HEAD)
+    )
     seed_history(hostapp, migrated.engine, migrated.queue)
     models = hostapp.models
     before = counts(migrated.engine, models.Order, models.Job, models.JobAttempt, models.JobEvent)
@@ -154,7 +159,7 @@ def test_example_second_revision_rebuilding_sqlq_jobs_keeps_the_history(
 
     after = counts(migrated.engine, models.Order, models.Job, models.JobAttempt, models.JobEvent)
     assert before == after == (3, 3, 2, 9)
-    alembic(migrated.url, "downgrade", "0006", config=project / "alembic.ini")
+    alembic(migrated.url, "downgrade", EXAMPLE_HEAD, config=project / "alembic.ini")
     assert counts(migrated.engine, models.Job, models.JobAttempt, models.JobEvent) == (3, 2, 9)
     assert "No new upgrade operations detected" in alembic(migrated.url, "check")
 

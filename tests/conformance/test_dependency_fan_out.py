@@ -31,9 +31,13 @@ def parent_with_children(queue, clock, count: int, policy: str = "cancel") -> in
     ]  # fmt: skip
     with queue.engine.begin() as connection:
         connection.execute(insert(t.jobs), rows)
-        ids = connection.execute(
-            select(t.jobs.c.id).where(t.jobs.c.type == "child").order_by(t.jobs.c.id)
-        ).scalars().all()
+        ids = (
+            connection.execute(
+                select(t.jobs.c.id).where(t.jobs.c.type == "child").order_by(t.jobs.c.id)
+            )
+            .scalars()
+            .all()
+        )
         connection.execute(
             insert(t.dependencies),
             [{"job_id": i, "depends_on_id": parent, "on_parent_failure": policy} for i in ids],
@@ -42,9 +46,7 @@ def parent_with_children(queue, clock, count: int, policy: str = "cancel") -> in
             insert(t.events),
             [{"job_id": i, "ts": now, "event": "ENQUEUED", "actor": "system"} for i in ids],
         )
-        connection.execute(
-            update(t.jobs).where(t.jobs.c.id == parent).values(has_dependents=1)
-        )
+        connection.execute(update(t.jobs).where(t.jobs.c.id == parent).values(has_dependents=1))
     return parent
 
 

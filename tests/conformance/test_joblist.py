@@ -7,7 +7,7 @@ import pytest
 from sqlq_orm.errors import InvalidInput
 from sqlq_orm.ops import joblist
 from sqlq_orm.ops.history import finished_history, history_query
-from sqlq_orm.ops.joblist import JobFilter, list_jobs, matching_ids
+from sqlq_orm.ops.joblist import JobFilter, count_recent, list_jobs, matching_ids
 
 
 def fail_now(queue, job_id: int, code: str = "PAYMENT:DECLINED", on: str = "default") -> None:
@@ -55,6 +55,21 @@ def test_a_rare_match_ends_a_page_early_at_the_scan_budget_and_the_next_page_fin
     second = list_jobs(queue, JobFilter(type="rare"), before=first.next_before)
     assert [j.id for j in second.jobs] == [rare]
     assert second.next_before is None and not second.stopped_early
+
+
+def test_a_list_total_counts_only_the_newest_ids_and_says_so(queue, monkeypatch):
+    rare = queue.enqueue("rare").id
+    for _ in range(10):
+        queue.enqueue("common")
+    # The newest 4 ids hold no "rare": 0 found, and the answer says not all were read.
+    assert count_recent(queue, JobFilter(type="rare"), scan=4) == joblist.RecentCount(0, False)
+    assert count_recent(queue, JobFilter(type="rare"), scan=11).count == 1
+    assert count_recent(queue, JobFilter(type="rare"), scan=11).scanned_all
+    # Past the cap the count stops, and "more than cap" covers every job.
+    assert count_recent(queue, JobFilter(type="common"), cap=3, scan=5) == joblist.RecentCount(
+        4, True
+    )
+    assert count_recent(queue, JobFilter(job_id=rare), scan=1_000).count == 1
 
 
 def test_an_empty_table_gives_an_empty_last_page(queue):

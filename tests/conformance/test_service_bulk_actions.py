@@ -79,6 +79,30 @@ def test_discarding_an_unfinished_parent_cancels_what_waits_for_it_and_counts_it
     assert edges(engine) == 1  # child -> grandchild; parent's edge went with it
 
 
+def test_the_dependents_a_cascade_cancels_carry_the_actor_who_acted(queue, engine):
+    # The operator's cancel (or discard) ended the parent: the children's CANCELLED
+    # events name the operator, not "system".
+    cancelled_parent = queue.enqueue("parent").id
+    child = queue.enqueue("child", depends_on=[cancelled_parent]).id
+    discarded_parent = queue.enqueue("parent").id
+    orphan = queue.enqueue("child", depends_on=[discarded_parent]).id
+
+    queue.cancel(cancelled_parent, actor="ops")
+    queue.discard(discarded_parent, actor="ops")
+
+    with engine.connect() as connection:
+        actors = dict(
+            connection.execute(
+                sqlalchemy.text(
+                    "SELECT job_id, actor FROM sqlq_job_events"
+                    " WHERE event = 'CANCELLED' AND job_id IN (:a, :b)"
+                ),
+                {"a": child, "b": orphan},
+            ).all()
+        )
+    assert actors == {child: "ops", orphan: "ops"}
+
+
 def test_discard_jobs_by_filter_works_in_batches_and_counts_exactly(queue, engine):
     doomed = [failed_job(queue, "report") for _ in range(5)]
     other_type = failed_job(queue, "mail")

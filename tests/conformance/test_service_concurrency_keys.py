@@ -259,8 +259,7 @@ def test_a_candidate_with_a_stricter_limit_waits_for_the_held_jobs(queue):
 
 def test_in_one_batch_the_strictest_limit_so_far_bounds_the_key(queue):
     first, _strict, _after = (
-        queue.enqueue("t", concurrency_key="k", concurrency_limit=limit).id
-        for limit in (3, 1, 3)
+        queue.enqueue("t", concurrency_key="k", concurrency_limit=limit).id for limit in (3, 1, 3)
     )
 
     assert [lease.job_id for lease in queue.claim("w", limit=5)] == [first]

@@ -59,7 +59,8 @@ def test_delay_and_run_at_hold_a_job_back(queue, engine, clock):
     scheduled = queue.enqueue("b", run_at=datetime.fromtimestamp(T0 + 30, tz=UTC))
 
     assert (job_row(engine, delayed.id).run_at, job_row(engine, scheduled.id).run_at) == (
-        T0 + 61, T0 + 30,
+        T0 + 61,
+        T0 + 30,
     )  # fmt: skip  (a delay counts from a truncated "now": one more second, never early)
     assert queue.claim("worker-a") == []
     clock.advance(30)

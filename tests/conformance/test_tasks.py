@@ -171,6 +171,23 @@ def test_a_dedupe_key_from_the_arguments_names_one_job(tasks):
     assert other.created and other.id != first.id
 
 
+def test_rate_key_and_dedupe_period_come_from_the_decorator_and_the_arguments(tasks):
+    @tasks.registry.task(rate_key=lambda tenant, user: f"tenant:{tenant}", dedupe_period=3600)
+    def digest(tenant: int, user: int) -> None:
+        pass
+
+    one = tasks.enqueue(digest, 1, user=7)
+    many = tasks.enqueue_many(digest.options(dedupe_key="digest:8"), [{"tenant": 2, "user": 8}])
+    plain = tasks.enqueue(digest.options(rate_key="shared", dedupe_period=None), 3, 9)
+
+    rows = [tasks.queue.get_job(job.id) for job in (one, *many, plain)]
+    assert [(row.rate_key, row.dedupe_period) for row in rows] == [
+        ("tenant:1", None),  # a period without a dedupe key is not stored
+        ("tenant:2", 3600),
+        ("shared", None),
+    ]
+
+
 def test_enqueue_many_binds_every_call_before_writing_any(tasks):
     ran: list[str] = []
 
@@ -312,6 +329,36 @@ def test_wait_returns_once_a_worker_finishes_the_job(tasks):
     with running(worker):
         job = tasks.enqueue(square, 12)
         assert tasks.wait(square, job.id, timeout=30) == 144
+
+
+def test_wait_is_woken_by_the_finish_not_by_its_next_read(tasks, monkeypatch):
+    # Reads a minute apart, and each pause records whether a wake-up ended it.
+    monkeypatch.setattr(sqlq_orm.queue.results, "_FIRST_PAUSE", 60.0)
+    monkeypatch.setattr(sqlq_orm.queue.results, "_LONGEST_PAUSE", 60.0)
+    waiting = tasks.queue if tasks.flavour == "sync" else tasks.registry.async_queue.sync_queue
+    pause, woken = waiting._pause, []
+
+    def pause_and_record(seconds: float, wake: threading.Event) -> None:
+        pause(seconds, wake)
+        woken.append(wake.is_set())
+
+    monkeypatch.setattr(waiting, "_pause", pause_and_record)
+    release = threading.Event()
+
+    @tasks.registry.task()
+    def square(n: int) -> int:
+        release.wait(10)
+        return n * n
+
+    worker = sqlq_orm.Worker(
+        tasks.queue, tasks.registry, install_signal_handlers=False, poll_interval=0.05,
+        sweep_interval=None,
+    )  # fmt: skip
+    with running(worker):
+        job = tasks.enqueue(square, 12)
+        threading.Timer(0.2, release.set).start()  # finishes once the wait has read it
+        assert tasks.wait(square, job.id, timeout=10) == 144
+    assert woken == [True]
 
 
 @pytest.mark.parametrize(

@@ -78,6 +78,8 @@ def serve(queue) -> Iterator[Callable[..., Served]]:
 
     def start(app: Any = None, **options: Any) -> Served:
         options.setdefault("refresh_seconds", 0)
+        # Each test reads what it just wrote: no report shared across requests.
+        options.setdefault("shared_seconds", 0)
         server = _Server(app if app is not None else create_app(queue, **options))
         servers.append(server.__enter__())
         return Served(url=f"http://127.0.0.1:{server.port}", queue=queue)

@@ -224,3 +224,23 @@ def test_the_dependencies_page_shows_what_each_waiting_job_waits_on(serve, page,
     children = page.locator("#children").inner_text()
     assert str(report) in children and str(audit) in children and "run" in children
     screenshot(page, f"job-with-children-{name}")
+
+
+def test_a_worker_page_shows_what_it_holds_what_it_ran_and_its_queues(serve, page, queue):
+    jobs = seed(queue)
+    served = serve()
+    page.goto(served.url + "/workers")
+    page.click("#workers >> text=w-alive")
+    assert page.locator("h1").inner_text().startswith("Worker w-alive")
+    assert page.locator("#worker-state").text_content() == "alive"
+    assert page.locator("#worker-queues").inner_text() == "default, mail, media"
+    held = page.locator("#held tbody tr td:first-child").all_inner_texts()
+    assert held == [str(jobs.running)]
+    recent = page.locator("#recent tbody tr td:first-child").all_inner_texts()
+    assert recent == [str(j) for j in (jobs.running, jobs.failed_too, jobs.failed, jobs.succeeded)]
+    screenshot(page, f"worker-{backend(queue)}")
+    # A worker id no row has (gone): its claimed jobs still show, and it says so.
+    page.goto(served.url + "/worker?id=w-gone")
+    assert "No worker is registered with this id" in page.locator("#unregistered").inner_text()
+    response = page.goto(served.url + "/worker?id=")
+    assert response is not None and response.status == 400

@@ -165,3 +165,25 @@ def test_metrics_are_served_in_the_format_the_scraper_asks_for(serve, queue):
     with urllib.request.urlopen(request) as response:
         assert response.headers["Content-Type"].startswith("application/openmetrics-text")
         assert response.read().decode().rstrip().endswith("# EOF")
+
+
+def test_the_shared_report_is_reused_until_a_write_drops_it(serve, queue):
+    # Every tab reads one report (the overview's counts) until it is refreshed; a
+    # write through the dashboard drops it, so the operator sees what was done.
+    jobs = seed(queue)
+    client = Browserless(serve(enable_actions=True, shared_seconds=3600).url)
+
+    def total() -> str:
+        status, body = client.request("/")
+        assert status == 200, body
+        found = re.search(r'id="total-jobs">([^<]+)<', body)
+        assert found
+        return found.group(1)
+
+    before = total()
+    queue.enqueue("added-behind-its-back")
+    assert total() == before  # the shared report, not a new count
+    token = client.csrf_token(f"/actions/retry?job={jobs.failed}")
+    status, body = client.request("/actions/retry", {"csrf_token": token, "job": str(jobs.failed)})
+    assert status == 200, body
+    assert int(total().replace(",", "")) == int(before.replace(",", "")) + 1

@@ -333,6 +333,33 @@ def test_upgrade_to_queue_controls_with_jobs_in_place_keeps_them_and_pauses(db_u
     assert migrate.check(db_url) == []
 
 
+def test_upgrade_to_rate_limits_with_jobs_in_place_keeps_them_and_limits(db_url, clock):
+    before = ScriptDirectory.from_config(migrate.config()).get_revision("sqlq_0011").down_revision
+    migrate.upgrade(db_url, str(before))
+    seed_0001_history(db_url)  # jobs 1 and 2 SUCCEEDED, job 3 QUEUED
+
+    migrate.upgrade(db_url)
+
+    assert migrate.check(db_url) == []
+    engine = sqlq_orm.create_engine(db_url)
+    queue = sqlq_orm.Queue(engine, clock=clock)
+    assert [queue.get_job(n).status for n in (1, 2, 3)] == ["SUCCEEDED", "SUCCEEDED", "QUEUED"]
+    assert queue.get_job(3).rate_key is None
+    queue.enqueue("t", rate_key="tenant:1")
+    queue.set_rate_limit("default", 1, 60)
+    queue.enqueue("t")
+    # One start per key: the old job (no key) and tenant:1's; the second keyless waits.
+    assert [lease.job_id for lease in queue.claim("w", limit=5)] == [3, 4]
+    assert queue.claim("w", limit=5) == []
+    held = queue.enqueue("digest", dedupe_key="d", dedupe_period=60)
+    engine.dispose()
+    migrate.downgrade(db_url, str(before))
+    assert count(db_url, Job) == 6
+    migrate.upgrade(db_url)
+    assert migrate.check(db_url) == []
+    assert held.created
+
+
 def test_upgrade_to_json_payloads_with_jobs_in_place_keeps_every_payload(db_url, clock):
     before = ScriptDirectory.from_config(migrate.config()).get_revision("sqlq_0010").down_revision
     migrate.upgrade(db_url, str(before))

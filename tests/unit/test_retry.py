@@ -1,4 +1,5 @@
-"""RetryPolicy: exponential growth, the cap, jitter bounds, never below one second."""
+"""Retry backoff: RetryPolicy (exponential growth, the cap, jitter bounds, never below
+one second), and the fixed, linear and function shapes a task's ``backoff=`` takes."""
 
 from __future__ import annotations
 
@@ -6,7 +7,16 @@ import random
 
 import pytest
 
-from sqlq_orm import InvalidInput, RetryPolicy
+from sqlq_orm import (
+    FixedBackoff,
+    InvalidInput,
+    JobError,
+    LinearBackoff,
+    RetryPolicy,
+    TaskRegistry,
+)
+from sqlq_orm.core.backoff import backoff_of
+from sqlq_orm.tasks.failures import FailurePolicy
 
 
 def test_delays_double_from_the_base_without_jitter():
@@ -68,3 +78,63 @@ def test_bad_policies_are_refused(kwargs, message):
 def test_retry_numbers_start_at_one():
     with pytest.raises(InvalidInput, match="retry_number must be >= 1, got 0"):
         RetryPolicy().delay_seconds(0)
+
+
+# -- the shapes a task's backoff= takes ----------------------------------------------
+
+
+def test_fixed_backoff_waits_the_same_for_every_retry():
+    assert [FixedBackoff(30).delay_seconds(n) for n in (1, 2, 9)] == [30, 30, 30]
+
+
+def test_linear_backoff_adds_a_step_per_retry_up_to_its_cap():
+    backoff = LinearBackoff(10, step_seconds=5, max_seconds=22)
+    assert [backoff.delay_seconds(n) for n in (1, 2, 3, 4)] == [10, 15, 20, 22]
+    assert [LinearBackoff(10).delay_seconds(n) for n in (1, 2, 3)] == [10, 20, 30]
+
+
+def test_a_backoff_never_asks_for_less_than_a_second():
+    assert FixedBackoff(0).delay_seconds(1) == 1
+    assert backoff_of(lambda retry: 0.2, "task 't'").delay_seconds(1) == 1
+
+
+def test_backoff_of_takes_a_number_a_shape_or_a_function_of_the_retry_number():
+    assert backoff_of(12, "task 't'") == FixedBackoff(12)
+    policy = RetryPolicy(jitter=0)
+    assert backoff_of(policy, "task 't'") is policy
+    assert backoff_of(lambda retry: 3 * retry, "task 't'").delay_seconds(4) == 12
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("30", "backoff must be a RetryPolicy"),
+        (-5, "between 0 and"),
+        (float("inf"), "between 0 and"),
+        (lambda: 5, "takes one argument, the retry number"),
+        (lambda retry: "soon", r"backoff function .*\(1\) must be a number of seconds, got 'soon'"),
+        (lambda retry: -1, r"\(1\) must be between 0 and"),
+    ],
+    ids=["string", "negative", "infinite", "no-argument", "not-a-number", "negative-result"],
+)
+def test_a_bad_backoff_is_refused_when_the_task_is_defined(value, problem):
+    registry = TaskRegistry()
+    with pytest.raises(InvalidInput, match=problem) as refused:
+        registry.task(name="charge", backoff=value)
+    assert "task 'charge'" in str(refused.value)
+    assert registry.tasks == {}
+
+
+def test_a_task_whose_backoff_function_breaks_at_run_time_falls_back_to_the_queues():
+    calls: list[int] = []
+
+    def backoff(retry: int) -> float:
+        calls.append(retry)
+        if retry > 1:
+            raise ZeroDivisionError("oops")
+        return 5
+
+    policy = FailurePolicy(backoff=backoff_of(backoff, "task 't'"))
+    failure = policy.classify(KeyError("k"), "t", retry_number=2)
+    assert isinstance(failure, JobError) and failure.retry_in is None
+    assert policy.classify(KeyError("k"), "t", retry_number=1).retry_in == 5  # type: ignore[attr-defined]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tests.support.mypy_check import flagged_and_expected
 
-USER_FILE = '''
+USER_FILE = """
 import dataclasses
 import sqlq_orm
 from sqlq_orm import AsyncJobContext, JobContext
@@ -55,7 +55,7 @@ def mistakes() -> None:
     with_context.enqueue(point=(1, 2))  # MISTAKE not a Point
     fetch.enqueue(url=b"x")  # MISTAKE bytes
     send_email.options(delay="soon").enqueue(to="a")  # MISTAKE option type
-'''
+"""
 
 
 def test_mypy_flags_wrong_and_missing_task_arguments(tmp_path: Path):

@@ -196,6 +196,10 @@ class Backend:
     """Open a connection of its own on the engine's database that hears commits of
     other connections (PostgreSQL: ``LISTEN`` on the channel; SQLite: watching
     ``PRAGMA data_version``); None if this engine's driver cannot (polling only)."""
+    prebuilt_as_driver_sql: bool = False
+    """Whether the prebuilt statements of a job's life (enqueue, start, finish) run as
+    SQL compiled once and sent with ``exec_driver_sql`` (:mod:`sqlq_orm.db.driver_sql`):
+    on SQLite, SQLAlchemy's per-call work costs more than the statement itself."""
     update_returning: bool = True
     """Whether the database has ``UPDATE ... RETURNING``. Where it has not (MariaDB,
     MySQL), each statement that reads back what it changed runs as: lock the rows

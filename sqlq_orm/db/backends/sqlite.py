@@ -361,4 +361,5 @@ BACKEND = Backend(
     keep_index_order=_keep_index_order,
     descending_index_columns=_descending_index_columns,
     open_wake_listener=_open_wake_listener,
+    prebuilt_as_driver_sql=True,
 )

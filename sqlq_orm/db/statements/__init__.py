@@ -23,6 +23,7 @@ from sqlq_orm.db.statements.dependencies import DependencyStatements
 from sqlq_orm.db.statements.enqueue import EnqueueStatements
 from sqlq_orm.db.statements.history import HistoryStatements
 from sqlq_orm.db.statements.leases import LeasesStatements
+from sqlq_orm.db.statements.rate_limits import RateLimitStatements
 from sqlq_orm.db.statements.schedules import ScheduleStatements
 from sqlq_orm.db.statements.sweep import SweepStatements
 from sqlq_orm.db.tables import Tables
@@ -39,6 +40,7 @@ class Statements(
     DependencyStatements,
     ControlStatements,
     BulkStatements,
+    RateLimitStatements,
 ):
     """Every statement the queue runs, prebuilt for one set of tables and one clock."""
 
@@ -54,6 +56,7 @@ class Statements(
         self._build_admin()
         self._build_schedules()
         self._build_bulk()
+        self._build_rate_limits()
 
 
 __all__ = ["ACTIVE_VALUES", "HELD_VALUES", "Statements", "Tables", "row_number"]

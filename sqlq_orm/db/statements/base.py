@@ -13,13 +13,14 @@ from sqlalchemy import (
     null,
     update,
 )
-from sqlalchemy.engine import Connection, Row
+from sqlalchemy.engine import Connection, CursorResult, Row
 from sqlalchemy.sql import CompoundSelect, Select
 from sqlalchemy.sql.dml import Update
 from sqlalchemy.sql.elements import ColumnElement
 
 from sqlq_orm.core import timing
 from sqlq_orm.db.backends import Backend
+from sqlq_orm.db.driver_sql import DriverStatements
 from sqlq_orm.db.statements import returning
 from sqlq_orm.db.tables import Tables
 from sqlq_orm.schema.mixins import JOB_MIXIN_COLUMNS
@@ -60,6 +61,20 @@ class StatementGroup:
         returns them for the handler)."""
         self.app_column_names = tuple(c.key for c in self.app_columns)
         self._plans: dict[int, returning.LockUpdateRead] = {}
+        self._driver = DriverStatements() if dialect.prebuilt_as_driver_sql else None
+
+    def execute(
+        self,
+        connection: Connection,
+        statement: Any,
+        params: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        execution_options: Mapping[str, Any] | None = None,
+    ) -> CursorResult[Any]:
+        """Run one of these prebuilt statements (never one built per call): as cached
+        driver SQL where the backend asks for it (:mod:`sqlq_orm.db.driver_sql`)."""
+        if self._driver is None:
+            return connection.execute(statement, params, execution_options=execution_options)
+        return self._driver.execute(connection, statement, params, execution_options)
 
     def update_by_id(self, table: Any) -> Update:
         """``UPDATE table`` for a statement whose guard names its rows by primary key
@@ -106,7 +121,13 @@ class StatementGroup:
         see :func:`~sqlq_orm.db.statements.returning.run_returning`)."""
         plan = self._plans.get(id(statement))
         return returning.run_returning(
-            self.dialect, connection, statement, plan, params, count_changed=count_changed
+            self.dialect,
+            connection,
+            statement,
+            plan,
+            params,
+            count_changed=count_changed,
+            execute=self.execute,
         )
 
     def lease_guard(self) -> ColumnElement[bool]:

@@ -19,6 +19,7 @@ from sqlalchemy import (
     func,
     or_,
     select,
+    true,
     union_all,
     update,
 )
@@ -47,9 +48,17 @@ class ClaimStatements(HistoryStatements, ConcurrencyStatements, ControlStatement
         self.claim_and_start = self._recorded_claim(self._build_claim(start=True), start=True)
         # Claims that merge one pick per queue, built on first use per queue count.
         self._merged_claims: dict[tuple[int, bool], Any] = {}
+        # Claims of chosen jobs (a rate-limited queue's picks, ``p_ids``).
+        self.claim_ids = self._recorded_claim(
+            self._build_claim(start=False, by_ids=True), start=False
+        )
+        self.claim_and_start_ids = self._recorded_claim(
+            self._build_claim(start=True, by_ids=True), start=True
+        )
         # -- when the next queued job is due (an idle worker sleeps until then) ------
         j = self.tables.jobs.c
-        # (Paused queues have nothing due: a worker of only paused queues sleeps.)
+        # (Paused queues have nothing due: a worker of only paused queues sleeps.
+        # Rate-limited ones are asked apart: their window decides when.)
         not_paused = self.tables.queues
         self.seconds_until_next_job = select(func.min(j.run_at) - self.now).where(
             j.queue.in_(bindparam("p_queues", expanding=True)),
@@ -59,7 +68,12 @@ class ClaimStatements(HistoryStatements, ConcurrencyStatements, ControlStatement
                 if not_paused is None
                 else (
                     j.queue.not_in(
-                        select(not_paused.c.name).where(not_paused.c.paused_at.is_not(None))
+                        select(not_paused.c.name).where(
+                            or_(
+                                not_paused.c.paused_at.is_not(None),
+                                not_paused.c.rate_limit.is_not(None),
+                            )
+                        )
                     ),
                 )
             ),
@@ -148,7 +162,7 @@ class ClaimStatements(HistoryStatements, ConcurrencyStatements, ControlStatement
             or_(r.concurrency_key.is_(None), r.held + r.key_rank <= r.strictest)
         )
 
-    def _build_claim(self, *, start: bool, merged_queues: int = 0) -> Any:
+    def _build_claim(self, *, start: bool, merged_queues: int = 0, by_ids: bool = False) -> Any:
         jobs = self.tables.jobs
         j = jobs.c
         now = self.now
@@ -189,6 +203,12 @@ class ClaimStatements(HistoryStatements, ConcurrencyStatements, ControlStatement
                 merged_lock = compound.order_by(
                     picked_first.priority.desc(), picked_first.run_at, picked_first.id
                 ).limit(bindparam("p_limit", type_=Integer))
+        elif by_ids:
+            # The picks of a rate-limited queue, whose control row this claim holds
+            # locked (so no guard here); still only if ready and within concurrency.
+            candidates = lock(
+                self._ready_jobs(j.id.in_(bindparam("p_ids", expanding=True)), true()), True
+            )
         else:
             candidates = lock(
                 self._ready_jobs(
@@ -203,6 +223,8 @@ class ClaimStatements(HistoryStatements, ConcurrencyStatements, ControlStatement
             "heartbeat_at": now,
             "lease_expires_at": self.later(bindparam("p_lease_seconds")),
         }
+        if by_ids:
+            values["rate_started_at"] = now
         if start:
             values.update(
                 status=JobStatus.RUNNING.value,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import and_, bindparam, exists, func, select, true, update
+from sqlalchemy import and_, bindparam, exists, func, or_, select, true, update
 from sqlalchemy.sql.elements import ColumnElement
 
 from sqlq_orm.db.statements.base import StatementGroup
@@ -39,14 +39,16 @@ class ControlStatements(StatementGroup):
             .values(paused_at=None, changed_by=bindparam("p_actor"), updated_at=now)
         )
         self.select_queue_controls = select(
-            q.name, q.paused_at, q.changed_by, q.updated_at
+            q.name, q.paused_at, q.changed_by, q.updated_at, q.rate_limit, q.rate_period
         ).order_by(q.name)
         self.select_paused_names = select(q.name).where(q.paused_at.is_not(None))
         self.is_queue_paused = self.select_paused_names.where(q.name == bindparam("p_name"))
 
     def not_paused(self, names: ColumnElement[str] | None = None) -> ColumnElement[bool]:
-        """The claim's guard: none of the claimed queue(s) is paused.
+        """The claim's guard: none of the claimed queue(s) is paused or rate-limited.
 
+        A rate-limited queue's jobs are claimed apart, under its row's lock (see
+        :mod:`.rate_limits`).
         ``names`` is a bound queue name (one branch of a merged claim); by default the
         claim's ``p_queues`` list. The subquery does not refer to the job row, so the
         database evaluates it once per statement (a primary-key lookup), not per job;
@@ -59,4 +61,5 @@ class ControlStatements(StatementGroup):
         named = (
             q.name.in_(bindparam("p_queues", expanding=True)) if names is None else q.name == names
         )
-        return ~exists(select(q.name).where(and_(named, q.paused_at.is_not(None))))
+        held_back = or_(q.paused_at.is_not(None), q.rate_limit.is_not(None))
+        return ~exists(select(q.name).where(and_(named, held_back)))

@@ -40,6 +40,19 @@ class EnqueueStatements(StatementGroup):
         self.find_active_by_dedupe_key = select(j.id, j.type, j.queue).where(
             j.dedupe_key == bindparam("p_dedupe_key"), status_in(j.status, ACTIVE_VALUES)
         )
+        # A finished job still holding its key (dedupe_period): SUCCEEDED or FAILED
+        # less than dedupe_period seconds ago; the latest one if several.
+        self.find_held_by_dedupe_key = (
+            select(j.id, j.type, j.queue)
+            .where(
+                j.dedupe_key == bindparam("p_dedupe_key"),
+                j.dedupe_period.is_not(None),
+                status_in(j.status, [JobStatus.SUCCEEDED.value, JobStatus.FAILED.value]),
+                j.finished_at > now - j.dedupe_period,
+            )
+            .order_by(j.finished_at.desc(), j.id.desc())
+            .limit(1)
+        )
         self.default_max_retries = j.max_retries.default.arg  # type: ignore[union-attr]
         job_values = {
             "queue": bindparam("p_queue"),
@@ -59,6 +72,8 @@ class EnqueueStatements(StatementGroup):
             "max_runtime_seconds": bindparam("p_max_runtime_seconds"),
             "concurrency_key": bindparam("p_concurrency_key"),
             "concurrency_limit": bindparam("p_concurrency_limit"),
+            "rate_key": bindparam("p_rate_key"),
+            "dedupe_period": bindparam("p_dedupe_period"),
         }
         self.insert_job = insert(jobs).values(job_values).returning(j.id)
         if dialect.is_duplicate_key is None:
@@ -92,6 +107,7 @@ class EnqueueStatements(StatementGroup):
                     ("max_runtime_seconds", j.max_runtime_seconds.type),
                     ("concurrency_key", j.concurrency_key.type),
                     ("concurrency_limit", j.concurrency_limit.type),
+                    ("rate_key", j.rate_key.type),
                 ]
             )
             r = rows.c
@@ -110,6 +126,7 @@ class EnqueueStatements(StatementGroup):
                 "max_runtime_seconds": r.max_runtime_seconds,
                 "concurrency_key": r.concurrency_key,
                 "concurrency_limit": r.concurrency_limit,
+                "rate_key": r.rate_key,
             }
             self.insert_jobs_from_arrays = (
                 insert(jobs)
@@ -177,7 +194,12 @@ class EnqueueStatements(StatementGroup):
         """Run a dedupe insert: the new job's id, or None when a live job holds its key."""
         is_duplicate_key = self.dialect.is_duplicate_key
         if is_duplicate_key is None:
-            job_id = connection.execute(statement, params).scalar_one_or_none()
+            if statement is self.insert_job or statement is self.insert_job_unless_duplicate:
+                # Prebuilt (not extended with a host app's columns for this call).
+                result = self.execute(connection, statement, params)
+            else:
+                result = connection.execute(statement, params)
+            job_id = result.scalar_one_or_none()
             return None if job_id is None else int(job_id)
         savepoint = connection.begin_nested()
         try:

@@ -96,8 +96,13 @@ def run_returning(
     params: Mapping[str, Any],
     *,
     count_changed: bool = False,
+    execute: Callable[..., Any] | None = None,
 ) -> tuple[list[Row[Any]], int]:
     """Run an update built by :func:`returning_update`: (returned rows, rows changed).
+
+    ``execute(connection, statement, params, execution_options)`` runs the statement
+    with ``RETURNING`` (default: ``connection.execute``; the statement groups pass
+    theirs, which may send it as cached driver SQL).
 
     With ``RETURNING``, the rows changed are asked of the database only with
     ``count_changed`` (SQLite needs a statement for it); otherwise they are the rows
@@ -107,7 +112,10 @@ def run_returning(
         # (PostgreSQL writing the history in the same statement), the row count is
         # otherwise gone once the rows are read.
         options = {"preserve_rowcount": True} if count_changed else {}
-        result = connection.execute(statement, params, execution_options=options)
+        if execute is None:
+            result = connection.execute(statement, params, execution_options=options)
+        else:
+            result = execute(connection, statement, params, options)
         rows = list(result.all())
         counted = count_changed and bool(rows)  # nothing returned: nothing to check
         changed = dialect.rows_changed(connection, result) if counted else len(rows)

@@ -26,6 +26,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import threading
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar, cast, overload
 
@@ -65,9 +67,15 @@ def _sync_session(session: object, method: str) -> Session | None:
     return session.sync_session
 
 
-def _pause_on_loop(seconds: float) -> None:
-    """Sleep inside the greenlet bridge by awaiting ``asyncio.sleep`` on the loop."""
-    await_only(asyncio.sleep(seconds))
+def _pause_on_loop(seconds: float, wake: threading.Event) -> None:
+    """Pause inside the greenlet bridge, handing the loop back, until ``seconds`` pass or
+    ``wake`` is set: it is looked at every 2 ms, a cheap check on the loop."""
+    deadline = time.monotonic() + seconds
+    while not wake.is_set():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        await_only(asyncio.sleep(min(left, 0.002)))
 
 
 class awaited(Generic[_P, _R]):  # noqa: N801 - used like a decorator, named like one
@@ -236,6 +244,8 @@ class AsyncQueue:
     wait = awaited(Queue.wait)
     pause_queue = awaited(Queue.pause_queue)
     resume_queue = awaited(Queue.resume_queue)
+    set_rate_limit = awaited(Queue.set_rate_limit)
+    clear_rate_limit = awaited(Queue.clear_rate_limit)
     paused_queues = awaited(Queue.paused_queues)
     queue_states = awaited(Queue.queue_states)
     discard = awaited(Queue.discard)

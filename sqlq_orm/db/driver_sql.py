@@ -1,0 +1,184 @@
+"""Prebuilt statements sent as driver SQL, compiled once: the one-call hot paths.
+
+``connection.execute(statement)`` looks the statement up in SQLAlchemy's compiled
+cache, builds its parameters through the compiler and sets up typed result
+processing on every call: on SQLite that is more time than the database spends on a
+one-row insert or update (issue 27). The statements a job's life runs (enqueue's
+insert and event, start, succeed, the attempt rows) never change after a queue is
+built, so here each is compiled once and later calls hand the SQL string and its
+parameters to ``connection.exec_driver_sql``: still through the same connection, so
+the engine's ``before_cursor_execute`` / ``after_cursor_execute`` events, sqlq's hooks
+and the tests' fault injection see every statement as before.
+
+A statement is sent this way only where that changes nothing it does: no
+schema translation on the connection, no literal-execute parameters, and no result
+column whose type would process what the driver returns.
+Anything else goes through ``connection.execute`` as always.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy.engine import Connection, CursorResult, Dialect
+from sqlalchemy.sql.compiler import SQLCompiler
+
+SCHEMA_TRANSLATE = "schema_translate_map"
+
+
+class DriverStatement:
+    """One statement compiled for one dialect: its SQL and how to order its parameters.
+
+    A statement with expanding parameters (``IN :p_ids``) has one SQL string per
+    number of values in each; they are rendered by SQLAlchemy on first use of each
+    shape and kept (claims and finishes come in a few batch sizes)."""
+
+    __slots__ = ("_compiled", "_expanding", "_shapes", "sql")
+
+    def __init__(self, compiled: SQLCompiler) -> None:
+        self._compiled = compiled
+        self.sql = compiled.string
+        self._expanding = tuple(
+            name for bind, name in compiled.bind_names.items() if bind.expanding
+        )
+        self._shapes: dict[tuple[tuple[int, int], ...], _Shape] = {}
+        if not self._expanding:
+            self._shapes[()] = _Shape(
+                compiled.string,
+                tuple(compiled.positiontup)
+                if compiled.positional and compiled.positiontup
+                else None,
+                {},
+                _single_processors(compiled._bind_processors) or {},
+            )
+
+    @property
+    def expanding(self) -> bool:
+        """Whether the SQL depends on how many values an ``IN`` parameter has."""
+        return bool(self._expanding)
+
+    def render(self, params: Mapping[str, Any]) -> tuple[str, Any] | None:
+        """The SQL and the driver's parameters for one execution (defaults and clock
+        values of ``callable_`` binds filled in, bind processors applied); None for
+        values this path does not take (a ragged ``IN`` of tuples)."""
+        values = self._compiled.construct_params(params, _check=True)
+        try:
+            signature = tuple(_shape_of(values[name]) for name in self._expanding)
+        except TypeError:
+            return None
+        shape = self._shapes.get(signature)
+        if shape is None:
+            state = self._compiled.construct_expanded_state(params)
+            processors = _single_processors(state.processors)
+            if processors is None:
+                return None
+            shape = _Shape(
+                state.statement,
+                tuple(state.positiontup) if state.positiontup is not None else None,
+                {name: list(state.parameter_expansion.get(name, ())) for name in self._expanding},
+                processors,
+            )
+            self._shapes[signature] = shape
+        for name, names in shape.expansion.items():
+            given = values.pop(name)
+            if given and isinstance(given[0], tuple):  # IN of tuples: (a, b) per row
+                given = [item for row in given for item in row]
+            values.update(zip(names, given, strict=True))
+        for name, process in shape.processors.items():
+            if name in values:
+                values[name] = process(values[name])
+        if shape.positions is None:
+            return shape.sql, values
+        return shape.sql, tuple(values[name] for name in shape.positions)
+
+
+def _single_processors(processors: Mapping[str, Any]) -> dict[str, Callable[[Any], Any]] | None:
+    """Bind processors by name; None if one is a tuple-typed bind's list of them
+    (the statement then runs as Core)."""
+    if not all(callable(process) for process in processors.values()):
+        return None
+    return dict(processors)
+
+
+def _shape_of(values: Sequence[Any]) -> tuple[int, int]:
+    """How many values an ``IN`` parameter has, and how wide each is (0: scalars);
+    raises TypeError for anything else (a ragged ``IN`` of tuples, a scalar)."""
+    if not values or not isinstance(values[0], tuple):
+        if any(isinstance(item, (tuple, list)) for item in values):
+            raise TypeError("mixed IN values")
+        return len(values), 0
+    width = len(values[0])
+    if any(not isinstance(row, tuple) or len(row) != width for row in values):
+        raise TypeError("ragged IN of tuples")
+    return len(values), width
+
+
+class _Shape:
+    """The SQL of a statement for one count of values per expanding parameter."""
+
+    __slots__ = ("expansion", "positions", "processors", "sql")
+
+    def __init__(
+        self,
+        sql: str,
+        positions: tuple[str, ...] | None,
+        expansion: dict[str, list[str]],
+        processors: Mapping[str, Callable[[Any], Any]],
+    ) -> None:
+        self.sql = sql
+        self.positions = positions
+        self.expansion = expansion
+        self.processors = processors
+
+
+def prepare(statement: Any, dialect: Dialect) -> DriverStatement | None:
+    """Compile ``statement`` for ``dialect``, or None where it must run as Core."""
+    compiled = statement.compile(dialect=dialect)
+    if not isinstance(compiled, SQLCompiler):
+        return None
+    if compiled.literal_execute_params or _single_processors(compiled._bind_processors) is None:
+        return None
+    for column in compiled._result_columns:
+        if column[3]._cached_result_processor(dialect, None) is not None:
+            return None
+    return DriverStatement(compiled)
+
+
+class DriverStatements:
+    """The compiled forms of one queue's prebuilt statements, made on first use."""
+
+    def __init__(self) -> None:
+        # Keyed by id(); the statement is kept beside its compiled form, so an id
+        # is never reused while it is in here. Only prebuilt statements come here.
+        self._prepared: dict[int, tuple[Any, DriverStatement | None]] = {}
+
+    def execute(
+        self,
+        connection: Connection,
+        statement: Any,
+        params: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        execution_options: Mapping[str, Any] | None = None,
+    ) -> CursorResult[Any]:
+        """Run prebuilt ``statement`` as driver SQL where that is equivalent (see the
+        module), else through ``connection.execute``."""
+        entry = self._prepared.get(id(statement))
+        if entry is None:
+            entry = (statement, prepare(statement, connection.dialect))
+            self._prepared[id(statement)] = entry
+        driver = entry[1]
+        if driver is None or connection.get_execution_options().get(SCHEMA_TRANSLATE):
+            return connection.execute(statement, params, execution_options=execution_options)
+        if isinstance(params, Mapping):
+            rendered = driver.render(params)
+            if rendered is not None:
+                sql, values = rendered
+                return connection.exec_driver_sql(sql, values, execution_options=execution_options)
+        elif not driver.expanding:
+            rows = [driver.render(row) for row in params]
+            if rows and all(row is not None for row in rows):
+                many = [row[1] for row in rows if row is not None]
+                return connection.exec_driver_sql(
+                    driver.sql, many, execution_options=execution_options
+                )
+        return connection.execute(statement, params, execution_options=execution_options)

@@ -1,0 +1,110 @@
+"""SQLite's hot paths as cached driver SQL (:mod:`sqlq_orm.db.driver_sql`) do exactly
+what the same statements do through SQLAlchemy Core.
+
+Only SQLite sends them this way (``Backend.prebuilt_as_driver_sql``), so the module
+uses SQLite files of its own: one queue as built, one with the driver path switched
+off, the same calls on both, and the SQL the engine saw and the rows written compared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.engine import Engine
+
+import sqlq_orm
+from sqlq_orm.schema.models import Base
+from tests.conftest import PINNED_START
+from tests.support.queue_helpers import statements_seen
+
+TOKEN_COLUMNS = {"lease_token"}
+
+
+def _engine(path: Path) -> Engine:
+    engine = sqlq_orm.create_engine(f"sqlite:///{path}")
+    Base.metadata.create_all(engine)
+    return engine
+
+
+@pytest.fixture
+def engines(tmp_path: Path) -> Iterator[tuple[Engine, Engine]]:
+    driver, core = _engine(tmp_path / "driver.db"), _engine(tmp_path / "core.db")
+    yield driver, core
+    driver.dispose()
+    core.dispose()
+
+
+def _queue(engine: Engine, clock: sqlq_orm.PinnedClock, *, driver_sql: bool) -> sqlq_orm.Queue:
+    # No jitter: both queues must schedule the retry alike.
+    queue = sqlq_orm.Queue(engine, clock=clock, retry_policy=sqlq_orm.RetryPolicy(jitter=0))
+    assert (queue.sql._driver is not None) is queue.dialect.prebuilt_as_driver_sql
+    if not driver_sql:
+        queue.sql._driver = None  # every statement through connection.execute
+    return queue
+
+
+def _workload(queue: sqlq_orm.Queue, clock: sqlq_orm.PinnedClock) -> None:
+    """One of each call on the hot paths, the clock moving between them."""
+    queue.enqueue("a", {"n": 1})
+    queue.enqueue("b", [1, 2], priority=5, max_runtime_seconds=60, dedupe_key="k")
+    queue.enqueue("b", None, dedupe_key="k")  # a duplicate: no new job
+    queue.enqueue("c", "late", delay=30)
+    clock.advance(2)
+    batch = queue.claim("w1", limit=2, start=True)
+    assert len(batch) == 2
+    assert queue.succeed_many(batch) == []
+    clock.advance(40)
+    (late,) = queue.claim("w2", lease_seconds=10)
+    late = queue.start(late)
+    queue.fail(late, "APP:BOOM", "retry me")
+    clock.advance(3600)
+    (again,) = queue.claim("w2")
+    queue.succeed(queue.start(again), result={"ok": True})
+    queue.enqueue_many([{"type": "d", "payload": {"n": n}} for n in range(5)])
+    held = queue.claim("w3", limit=5, start=True)
+    queue.succeed_many(held[:3])
+    for lease in held[3:]:
+        queue.succeed(lease)
+
+
+def _rows(engine: Engine) -> dict[str, list[tuple[object, ...]]]:
+    tables = {t.name: t for t in Base.metadata.sorted_tables}
+    with engine.connect() as connection:
+        return {
+            name: [
+                tuple(v for c, v in row._mapping.items() if c not in TOKEN_COLUMNS)
+                for row in connection.execute(select(table).order_by(*table.primary_key))
+            ]
+            for name, table in tables.items()
+        }
+
+
+def test_the_hot_paths_send_the_same_sql_and_write_the_same_rows(engines):
+    driver_engine, core_engine = engines
+    seen: dict[str, list[str]] = {}
+    for name, engine in (("driver", driver_engine), ("core", core_engine)):
+        clock = sqlq_orm.PinnedClock(PINNED_START)
+        queue = _queue(engine, clock, driver_sql=name == "driver")
+        with statements_seen(engine) as statements:
+            _workload(queue, clock)
+        seen[name] = statements
+
+    assert seen["driver"] == seen["core"]
+    assert any(s.startswith("INSERT INTO sqlq_jobs") for s in seen["driver"])
+    driver_rows, core_rows = _rows(driver_engine), _rows(core_engine)
+    assert driver_rows["sqlq_jobs"], "the workload wrote no jobs"
+    assert driver_rows == core_rows
+
+
+def test_a_pinned_clock_is_read_on_every_call_not_once(engines):
+    engine, _ = engines
+    clock = sqlq_orm.PinnedClock(PINNED_START)
+    queue = _queue(engine, clock, driver_sql=True)
+    first = queue.enqueue("a")
+    clock.advance(7)
+    second = queue.enqueue("a")
+
+    assert queue.get_job(second).created_at - queue.get_job(first).created_at == 7
