@@ -360,16 +360,36 @@ def test_upgrade_to_rate_limits_with_jobs_in_place_keeps_them_and_limits(db_url,
     assert held.created
 
 
+def _jobs_as_sqlq_0009_wrote_them(url: str, payloads: list[Any], result: Any) -> list[int]:
+    """QUEUED jobs with these payloads (the first SUCCEEDED with ``result``), written as
+    TEXT by plain SQL: today's queue writes columns later revisions add."""
+    engine = sqlalchemy.create_engine(url)
+    insert = sqlalchemy.text(
+        "INSERT INTO sqlq_jobs (queue, type, status, priority, payload, result, created_at, "
+        "run_at, finished_at, attempt_count, retry_count, max_retries) VALUES ('default', "
+        "'t', :status, 0, :payload, :result, 1, 1, :finished_at, 0, 0, 3)"
+    )
+    with engine.begin() as connection:
+        for n, payload in enumerate(payloads):
+            connection.execute(
+                insert,
+                {
+                    "status": "SUCCEEDED" if n == 0 else "QUEUED",
+                    "payload": json.dumps(payload, separators=(",", ":"), ensure_ascii=False),
+                    "result": json.dumps(result) if n == 0 else None,
+                    "finished_at": 2 if n == 0 else None,
+                },
+            )
+        ids = list(connection.execute(select(Job.id).order_by(Job.id)).scalars())
+    engine.dispose()
+    return ids
+
+
 def test_upgrade_to_json_payloads_with_jobs_in_place_keeps_every_payload(db_url, clock):
     before = ScriptDirectory.from_config(migrate.config()).get_revision("sqlq_0010").down_revision
     migrate.upgrade(db_url, str(before))
-    engine = sqlq_orm.create_engine(db_url)
     payloads = [{"b": 1, "a": [1.5, None, True]}, "ünï ✓ 🚀", [], {"nested": {"k": "v"}}, 7]
-    queue = sqlq_orm.Queue(engine, clock=clock, check_schema=False)
-    ids = [queue.enqueue("t", payload).id for payload in payloads]
-    (lease,) = queue.claim("w", start=True)
-    queue.succeed(lease, result={"done": [1, 2]})
-    engine.dispose()
+    ids = _jobs_as_sqlq_0009_wrote_them(db_url, payloads, result={"done": [1, 2]})
 
     migrate.upgrade(db_url)
 
@@ -403,9 +423,7 @@ def test_upgrade_to_json_payloads_refuses_rows_it_cannot_convert_and_changes_not
     if engine.dialect.name == "sqlite":
         engine.dispose()
         pytest.skip("SQLite keeps TEXT: sqlq_0010 converts nothing there")
-    queue = sqlq_orm.Queue(engine, check_schema=False)
-    good = queue.enqueue("t", {"ok": 1}).id
-    bad = queue.enqueue("t", {"n": 1}).id
+    good, bad = _jobs_as_sqlq_0009_wrote_them(db_url, [{"ok": 1}, {"n": 1}], result=None)
     # What the column held as TEXT and its JSON type refuses: PostgreSQL's JSONB cannot
     # store NUL, MariaDB's JSON (which can) must be valid JSON.
     unconvertible = '{"bytes": "a\\u0000b"}' if engine.dialect.name == "postgresql" else '{"n": 1'
