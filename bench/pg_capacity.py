@@ -25,7 +25,6 @@ import argparse
 import os
 import statistics
 import threading
-import time
 from typing import Any
 
 import sqlalchemy
