@@ -99,7 +99,7 @@ def test_app_columns_must_be_ones_the_app_added():
     [
         (1e16, "10000000000000000.0"),
         (-1.5e20, "-150000000000000000000.0"),
-        ({"s": "1e+16 \"q\\\\\" 2e+5", "n": [1e-07, 5]}, None),  # strings, small floats: as is
+        ({"s": '1e+16 "q\\\\" 2e+5', "n": [1e-07, 5]}, None),  # strings, small floats: as is
     ],
 )
 def test_big_floats_are_spelled_out_and_strings_left_alone(value, spelled):
