@@ -29,7 +29,7 @@ from sqlq_orm.migrations import MIGRATIONS_DIR, VERSION_TABLE, VERSIONS_DIR
 from sqlq_orm.schema.models import Base, Job, JobAttempt, JobEvent
 from tests.support import factories
 from tests.support.faultkit import drop_index_sql
-from tests.support.old_rows import seed_0001_history
+from tests.support.old_rows import insert_old_jobs, seed_0001_history
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SQLQ_TABLES = set(Base.metadata.tables)
@@ -360,36 +360,24 @@ def test_upgrade_to_rate_limits_with_jobs_in_place_keeps_them_and_limits(db_url,
     assert held.created
 
 
-def _jobs_as_sqlq_0009_wrote_them(url: str, payloads: list[Any], result: Any) -> list[int]:
-    """QUEUED jobs with these payloads (the first SUCCEEDED with ``result``), written as
-    TEXT by plain SQL: today's queue writes columns later revisions add."""
-    engine = sqlalchemy.create_engine(url)
-    insert = sqlalchemy.text(
-        "INSERT INTO sqlq_jobs (queue, type, status, priority, payload, result, created_at, "
-        "run_at, finished_at, attempt_count, retry_count, max_retries) VALUES ('default', "
-        "'t', :status, 0, :payload, :result, 1, 1, :finished_at, 0, 0, 3)"
-    )
-    with engine.begin() as connection:
-        for n, payload in enumerate(payloads):
-            connection.execute(
-                insert,
-                {
-                    "status": "SUCCEEDED" if n == 0 else "QUEUED",
-                    "payload": json.dumps(payload, separators=(",", ":"), ensure_ascii=False),
-                    "result": json.dumps(result) if n == 0 else None,
-                    "finished_at": 2 if n == 0 else None,
-                },
-            )
-        ids = list(connection.execute(select(Job.id).order_by(Job.id)).scalars())
-    engine.dispose()
-    return ids
-
-
 def test_upgrade_to_json_payloads_with_jobs_in_place_keeps_every_payload(db_url, clock):
     before = ScriptDirectory.from_config(migrate.config()).get_revision("sqlq_0010").down_revision
     migrate.upgrade(db_url, str(before))
     payloads = [{"b": 1, "a": [1.5, None, True]}, "ünï ✓ 🚀", [], {"nested": {"k": "v"}}, 7]
-    ids = _jobs_as_sqlq_0009_wrote_them(db_url, payloads, result={"done": [1, 2]})
+    # Written as the release before sqlq_0010 wrote them (today's Queue names columns
+    # that later revisions add): compact JSON text, the first job SUCCEEDED with a result.
+    texts = [json.dumps(payload, separators=(",", ":"), ensure_ascii=False) for payload in payloads]
+    ids = insert_old_jobs(db_url, texts)
+    engine = sqlalchemy.create_engine(db_url)
+    with engine.begin() as connection:
+        connection.execute(
+            sqlalchemy.text(
+                "UPDATE sqlq_jobs SET status = 'SUCCEEDED', finished_at = :t, result = :result"
+                " WHERE id = :id"
+            ),
+            {"t": 1_700_000_001, "result": '{"done":[1,2]}', "id": ids[0]},
+        )
+    engine.dispose()
 
     migrate.upgrade(db_url)
 
@@ -423,7 +411,9 @@ def test_upgrade_to_json_payloads_refuses_rows_it_cannot_convert_and_changes_not
     if engine.dialect.name == "sqlite":
         engine.dispose()
         pytest.skip("SQLite keeps TEXT: sqlq_0010 converts nothing there")
-    good, bad = _jobs_as_sqlq_0009_wrote_them(db_url, [{"ok": 1}, {"n": 1}], result=None)
+    engine.dispose()
+    good, bad = insert_old_jobs(db_url, ['{"ok":1}', '{"n":1}'])
+    engine = sqlq_orm.create_engine(db_url)
     # What the column held as TEXT and its JSON type refuses: PostgreSQL's JSONB cannot
     # store NUL, MariaDB's JSON (which can) must be valid JSON.
     unconvertible = '{"bytes": "a\\u0000b"}' if engine.dialect.name == "postgresql" else '{"n": 1'

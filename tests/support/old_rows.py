@@ -63,3 +63,29 @@ def seed_0001_history(url: str) -> None:
                     },
                 )
     engine.dispose()
+
+
+def insert_old_jobs(url: str, payloads: list[str]) -> list[int]:
+    """QUEUED jobs with these payload texts, written with ``sqlq_0001``'s columns only
+    (what any later revision's upgrade finds in place); returns their ids in order."""
+    engine = sqlalchemy.create_engine(url)
+    ids = []
+    with engine.begin() as connection:
+        for payload in payloads:
+            connection.execute(
+                sqlalchemy.text(_JOB),
+                {
+                    "status": "QUEUED",
+                    "payload": payload,
+                    "t0": T0,
+                    "claimed": None,
+                    "finished": None,
+                    "worker": None,
+                    "attempts": 0,
+                },
+            )
+            ids.append(
+                connection.execute(sqlalchemy.text("SELECT max(id) FROM sqlq_jobs")).scalar()
+            )
+    engine.dispose()
+    return ids
