@@ -11,6 +11,7 @@ import math
 import re
 import sys
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from sqlq_orm.core import timing
@@ -206,6 +207,26 @@ def encode_json(argument: str, value: object, max_bytes: int, too_big: str) -> s
 
 _NUL_ESCAPE = re.compile(r"(?:^|[^\\])(?:\\\\)*\\u0000")
 """``\\u0000`` in JSON text as an escape (an odd run of backslashes before ``u0000``)."""
+
+
+_STRING_OR_BIG_FLOAT = re.compile(r'"(?:[^"\\]|\\.)*"|(-?\d+(?:\.\d+)?e\+\d+)')
+"""A JSON string (left alone), or a number Python wrote with a positive exponent."""
+
+
+def plain_big_floats(text: str | None) -> str | None:
+    """``text`` (JSON from :func:`encode_json`) with every float Python wrote in exponent
+    form (``1e+16``: at or above 1e16) spelled out with a decimal point
+    (``10000000000000000.0``), for PostgreSQL's JSONB: it keeps a number's digits but
+    not its notation, and would return ``1e+16`` as the integer ``10000000000000000``
+    (and the largest double as an integer it is not equal to)."""
+    if text is None or "e+" not in text:
+        return text
+
+    def spell_out(match: re.Match[str]) -> str:
+        number = match.group(1)
+        return match.group(0) if number is None else f"{Decimal(number):f}.0"
+
+    return _STRING_OR_BIG_FLOAT.sub(spell_out, text)
 
 
 def refuse_nul_in_json(argument: str, text: str | None, database: str) -> str | None:

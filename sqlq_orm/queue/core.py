@@ -255,9 +255,11 @@ class QueueCore:
 
     def _storable_json(self, argument: str, text: str | None) -> str | None:
         """JSON text from the encoder, unless the database's JSON column cannot store it
-        (a NUL in a string, on PostgreSQL): InvalidInput before anything is written."""
-        if self.dialect.json_refuses_nul:
-            return validation.refuse_nul_in_json(argument, text, self.dialect.title)
+        (a NUL in a string, on PostgreSQL): InvalidInput before anything is written. On
+        PostgreSQL big floats are spelled out so they come back as floats."""
+        if self.dialect.json_refuses_nul:  # PostgreSQL's JSONB
+            text = validation.refuse_nul_in_json(argument, text, self.dialect.title)
+            return validation.plain_big_floats(text)
         return text
 
     def _check_app_values(self, values: Mapping[str, Any]) -> dict[str, Any]:

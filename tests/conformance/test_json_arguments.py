@@ -28,6 +28,10 @@ PAYLOADS = [
     0.1,
     1e-7,  # written 1e-07; JSONB spells it 0.0000001, the same float
     -0.0,  # JSONB has no negative zero: reads as 0.0, which == -0.0
+    1e16,  # Python writes 1e+16: JSONB would read back the int 10000000000000000
+    -1.5e20,
+    1.7976931348623157e308,  # as an int, JSONB's reading would not even be equal
+    {"big": [1e300, 2.5e-300], "text": "1e+16 stays a string"},
     {"sql": "'; DROP TABLE sqlq_jobs; --", "param": ":p_id %s ? $1"},
     True,
     [],

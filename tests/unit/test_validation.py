@@ -3,6 +3,7 @@ refused argument writes nothing)."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -91,3 +92,31 @@ def test_app_columns_must_be_ones_the_app_added():
         v.app_columns({"b": 1}, frozenset({"a"}))
     with pytest.raises(InvalidInput, match="available: none"):
         v.app_columns({"b": 1}, frozenset())
+
+
+@pytest.mark.parametrize(
+    ("value", "spelled"),
+    [
+        (1e16, "10000000000000000.0"),
+        (-1.5e20, "-150000000000000000000.0"),
+        ({"s": '1e+16 "q\\\\" 2e+5', "n": [1e-07, 5]}, None),  # strings, small floats: as is
+    ],
+)
+def test_big_floats_are_spelled_out_and_strings_left_alone(value, spelled):
+    text = v.encode_json("payload", value, 10_000, "")
+
+    out = v.plain_big_floats(text)
+
+    assert out == (text if spelled is None else spelled)
+    assert json.loads(out) == value and type(json.loads(out)) is type(value)
+
+
+@pytest.mark.parametrize("text", ['"a\\u0000b"', '{"\\u0000":1}', '["x", "\\\\\\u0000"]'])
+def test_nul_escapes_are_refused_for_jsonb(text):
+    with pytest.raises(InvalidInput, match="holds the character NUL"):
+        v.refuse_nul_in_json("payload", text, "PostgreSQL")
+
+
+@pytest.mark.parametrize("text", ['"C:\\\\u0000"', '"\\\\\\\\u0000"', '{"u0000": 1}'])
+def test_escaped_backslashes_before_u0000_are_not_nul(text):
+    assert v.refuse_nul_in_json("payload", text, "PostgreSQL") == text
