@@ -33,6 +33,12 @@ _STATUS = (
 )
 
 
+def _payload(dialect: str) -> str:
+    as_text = "'{\"n\":' || CAST(n AS VARCHAR(12)) || '}'"
+    # PostgreSQL's payload column is JSONB (sqlq_0010): text needs the cast there.
+    return f"CAST({as_text} AS JSONB)" if dialect == "postgresql" else as_text
+
+
 def fill_finished_history(engine: Engine, jobs: int) -> None:
     """Add ``jobs`` finished jobs, their attempts and their events to the tables."""
     dialect = engine.dialect.name
@@ -46,7 +52,7 @@ def fill_finished_history(engine: Engine, jobs: int) -> None:
         " run_at, claimed_at, started_at, heartbeat_at, finished_at, claimed_by,"
         " attempt_count, retry_count, max_retries, error_code, error_detail)"
         f" SELECT 'default', 'type_' || CAST(n % 10 AS VARCHAR(4)), {_STATUS}, 0,"
-        " '{\"n\":' || CAST(n AS VARCHAR(12)) || '}',"
+        f" {_payload(dialect)},"
         f" {start}, {start}, {start} + 1, {start} + 1, {start} + 1, {start} + 3,"
         " 'filler-worker', 1, 0, 3,"
         " CASE WHEN n % 20 = 0 THEN 'FILL:CODE_' || CAST(n % 7 AS VARCHAR(2)) END,"

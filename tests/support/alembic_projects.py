@@ -166,6 +166,19 @@ def alembic_init(root: Path, url: str, *, template: str = "generic") -> Path:
     ]
     ini.write_text("\n".join(lines) + "\n")
     (root / "host_models.py").write_text(HOST_MODELS)
+    # The one line a host adds to the template when it autogenerates sqlq's tables
+    # (README): Alembic writes a column type by its import path, and payload and result
+    # are sqlq's JSON type (sqlq_0010).
+    script = root / "migrations" / "script.py.mako"
+    template = script.read_text()
+    assert "import sqlalchemy as sa\n" in template
+    script.write_text(
+        template.replace(
+            "import sqlalchemy as sa\n",
+            "import sqlalchemy as sa\nimport sqlq_orm.schema.json_text\n",
+            1,
+        )
+    )
     env_py = root / "migrations" / "env.py"
     text = env_py.read_text()
     assert "target_metadata = None" in text

@@ -8,6 +8,7 @@ Create Date: ${create_date}
 from __future__ import annotations
 
 import sqlalchemy as sa
+import sqlq_orm.schema.json_text  # sqlq's JSON column type, as autogenerate writes it
 from alembic import op
 ${imports if imports else ""}
 revision = ${repr(up_revision)}
