@@ -287,3 +287,18 @@ def test_the_jobs_list_filters_by_arguments_and_a_bulk_action_keeps_the_filter(s
     response = page.goto(served.url + "/jobs?arguments=tenant=acme")
     assert response is not None and response.status == 400
     assert "arguments must be a JSON object like" in page.locator("#error").inner_text()
+
+
+@pytest.mark.browser
+def test_the_job_page_shows_what_a_job_returned_and_nothing_for_one_without(serve, page, queue):
+    done = queue.enqueue("t", {"order": 7}).id
+    (lease,) = queue.claim("w", start=True)
+    queue.succeed(lease, result={"charged": 1250, "currency": "EUR"})
+    plain = queue.enqueue("t", {"order": 8}).id
+    url = serve().url
+
+    page.goto(url + f"/jobs/{done}")
+    shown = page.locator("#result").inner_text()
+    assert '"charged": 1250' in shown and '"currency": "EUR"' in shown
+    page.goto(url + f"/jobs/{plain}")
+    assert page.locator("#result").count() == 0
