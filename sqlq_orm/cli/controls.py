@@ -116,6 +116,8 @@ def _filter(
     status: str | None,
     error_code: str | None,
     args_contain: str | None = None,
+    concurrency_key: str | None = None,
+    columns: str | None = None,
 ) -> JobFilter:
     return JobFilter(
         status=None if status is None else status.upper(),
@@ -124,6 +126,8 @@ def _filter(
         error_code=error_code,
         job_id=job_id,
         args_contain=None if args_contain is None else _json_object("--args", args_contain),
+        concurrency_key=concurrency_key,
+        columns=None if columns is None else _json_object("--columns", columns),
     )
 
 
@@ -151,13 +155,17 @@ def _jobs_action(
     models: str | None,
     reason: str | None = None,
     args_contain: str | None = None,
+    concurrency_key: str | None = None,
+    columns: str | None = None,
 ) -> int:
     target = open_queue(db, models=models)
-    job_filter = _filter(job_id, queue, job_type, status, error_code, args_contain)
+    job_filter = _filter(
+        job_id, queue, job_type, status, error_code, args_contain, concurrency_key, columns
+    )
     if job_filter.is_empty:
         raise CommandError(
             f"name the jobs to {action}: a JOB_ID, or a filter (--queue, --type, --status, "
-            "--error-code, --args)"
+            "--error-code, --args, --concurrency-key, --columns)"
         )
     single = job_id is not None and job_filter == JobFilter(job_id=job_id)
     if single:
@@ -213,11 +221,13 @@ def jobs_cancel(
     reason: str | None = None,
     models: str | None = None,
     args_contain: str | None = None,
+    concurrency_key: str | None = None,
+    columns: str | None = None,
 ) -> int:
     """Cancel one job, or every unfinished job a filter matches (a dry run without --yes)."""
     return _jobs_action(
         "cancel", db, job_id, queue, job_type, status, error_code, yes, batch, max_batches,
-        output, models, reason, args_contain,
+        output, models, reason, args_contain, concurrency_key, columns,
     )  # fmt: skip
 
 
@@ -234,11 +244,13 @@ def jobs_retry(
     output: str = "text",
     models: str | None = None,
     args_contain: str | None = None,
+    concurrency_key: str | None = None,
+    columns: str | None = None,
 ) -> int:
     """Requeue one job, or every FAILED/CANCELLED job a filter matches (dry run without --yes)."""
     return _jobs_action(
         "retry", db, job_id, queue, job_type, status, error_code, yes, batch, max_batches,
-        output, models, None, args_contain,
+        output, models, None, args_contain, concurrency_key, columns,
     )  # fmt: skip
 
 
@@ -255,12 +267,14 @@ def jobs_discard(
     output: str = "text",
     models: str | None = None,
     args_contain: str | None = None,
+    concurrency_key: str | None = None,
+    columns: str | None = None,
 ) -> int:
     """Delete one job, or every job a filter matches that no worker holds, with their
     attempts and events (a dry run without --yes)."""
     return _jobs_action(
         "discard", db, job_id, queue, job_type, status, error_code, yes, batch, max_batches,
-        output, models, None, args_contain,
+        output, models, None, args_contain, concurrency_key, columns,
     )  # fmt: skip
 
 

@@ -392,6 +392,14 @@ def build_parser() -> argparse.ArgumentParser:
             "--args", dest="args_contain", metavar="JSON",
             help='only jobs whose payload has these members, e.g. \'{"tenant": "acme"}\'',
         )  # fmt: skip
+        sub.add_argument(
+            "--concurrency-key", metavar="KEY", help="only jobs with this concurrency key",
+        )  # fmt: skip
+        sub.add_argument(
+            "--columns", metavar="JSON",
+            help='only jobs whose app columns (with --models) hold these values, e.g. '
+            '\'{"tenant_id": 7}\'',
+        )  # fmt: skip
         sub.add_argument("--yes", action="store_true", help="act (default: a dry run)")
         sub.add_argument(
             "--batch", type=whole_number(1, 100_000), default=500, metavar="N",

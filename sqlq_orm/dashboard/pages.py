@@ -114,9 +114,12 @@ def parse_job_id(name: str, text: str | None) -> int | None:
     return value
 
 
-def parse_arguments(text: str | None) -> dict[str, Any] | None:
+def parse_arguments(
+    text: str | None, name: str = "arguments", example: str = '{"tenant": "acme"}'
+) -> dict[str, Any] | None:
     """The ``arguments`` field: a JSON object of payload members to match, e.g.
-    ``{"tenant": "acme"}`` (blank means absent); the library checks its members."""
+    ``{"tenant": "acme"}`` (blank means absent); the library checks its members. The
+    ``columns`` field (the app's own columns to match) reads the same way."""
     if text is None or not text.strip():
         return None
     try:
@@ -124,9 +127,7 @@ def parse_arguments(text: str | None) -> dict[str, Any] | None:
     except ValueError:
         members = None
     if not isinstance(members, dict):
-        raise InvalidInput(
-            f'arguments must be a JSON object like {{"tenant": "acme"}}, got {text!r}'
-        )
+        raise InvalidInput(f"{name} must be a JSON object like {example}, got {text!r}")
     return members
 
 
@@ -148,6 +149,8 @@ def parse_filter(params: Mapping[str, str]) -> JobFilter:
         created_after=parse_moment("created_after", params.get("created_after")),
         created_before=parse_moment("created_before", params.get("created_before")),
         args_contain=parse_arguments(params.get("arguments")),
+        concurrency_key=text("concurrency_key"),
+        columns=parse_arguments(params.get("columns"), "columns", '{"tenant_id": 7}'),
     )
 
 
@@ -166,6 +169,10 @@ def filter_params(job_filter: JobFilter) -> dict[str, str]:
         "arguments": None
         if job_filter.args_contain is None
         else json.dumps(dict(job_filter.args_contain), sort_keys=True),
+        "concurrency_key": job_filter.concurrency_key,
+        "columns": None
+        if job_filter.columns is None
+        else json.dumps(dict(job_filter.columns), sort_keys=True),
     }
     return {k: v for k, v in values.items() if v is not None}
 

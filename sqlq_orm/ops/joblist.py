@@ -30,8 +30,10 @@ from sqlq_orm.db.tables import Tables
 from sqlq_orm.errors import InvalidInput
 from sqlq_orm.schema.json_text import JsonHasMember
 from sqlq_orm.schema.mixins import (
+    CONCURRENCY_KEY_MAX,
     DEDUPE_KEY_MAX,
     ERROR_CODE_MAX,
+    JOB_MIXIN_COLUMNS,
     QUEUE_MAX,
     TYPE_MAX,
     WORKER_ID_MAX,
@@ -74,6 +76,12 @@ class JobFilter:
     :data:`MAX_ARGS_MEMBERS` members. On PostgreSQL this is ``payload @> :json``, which
     an optional GIN index serves (docs/POSTGRESQL.md); elsewhere the database's JSON
     functions read every candidate row's payload."""
+    concurrency_key: str | None = None
+    """Jobs enqueued with this concurrency key."""
+    columns: Mapping[str, Any] | None = None
+    """The host app's own columns on the job table (e.g. ``{"tenant_id": 7}``), each
+    equal to its value (None: not set). A name that is not one of the app's columns
+    is refused when the filter is used, naming the columns there are."""
 
     def __post_init__(self) -> None:
         if self.status is not None and self.status not in {s.value for s in JobStatus}:
@@ -94,6 +102,9 @@ class JobFilter:
             )
         if self.args_contain is not None:
             _require_members(self.args_contain)
+        validation.optional_name("concurrency_key", self.concurrency_key, CONCURRENCY_KEY_MAX)
+        if self.columns is not None:
+            _require_column_values(self.columns)
 
     @property
     def is_empty(self) -> bool:
@@ -111,10 +122,19 @@ class JobFilter:
             ("job_id", j.id),
             ("dedupe_key", j.dedupe_key),
             ("worker", j.claimed_by),
+            ("concurrency_key", j.concurrency_key),
         ):
             value = getattr(self, name)
             if value is not None:
                 terms.append(column == value)
+        for name, value in (self.columns or {}).items():
+            if name in JOB_MIXIN_COLUMNS or name not in j:
+                own = sorted(c.name for c in j if c.name not in JOB_MIXIN_COLUMNS)
+                raise InvalidInput(
+                    f"columns: {name!r} is not one of the app's columns on "
+                    f"{tables.jobs.name} (those are: {', '.join(own) or 'none'})"
+                )
+            terms.append(j[name].is_(None) if value is None else j[name] == value)
         if self.created_after is not None:
             terms.append(j.created_at >= self.created_after)
         if self.created_before is not None:
@@ -185,6 +205,32 @@ def _require_members(members: object) -> None:
                 f"args_contain[{key!r}] must be a string, a whole number, True, False or "
                 f"None (a float's equality differs between databases; a list or object "
                 f"is not searched), got {validation.short(value)}"
+            )
+
+
+MAX_COLUMN_FILTERS = 20
+"""App columns one ``columns`` filter may name."""
+
+
+def _require_column_values(columns: object) -> None:
+    """``columns``: a non-empty mapping of column names to scalars (InvalidInput naming
+    the offending entry otherwise)."""
+    if not isinstance(columns, Mapping) or not columns:
+        raise InvalidInput(
+            "columns must be a non-empty mapping of the app's column names to values, "
+            f'e.g. {{"tenant_id": 7}}; got {validation.short(columns)}'
+        )
+    if len(columns) > MAX_COLUMN_FILTERS:
+        raise InvalidInput(
+            f"columns may name at most {MAX_COLUMN_FILTERS} columns, got {len(columns)}"
+        )
+    for name, value in columns.items():
+        if not isinstance(name, str) or not name:
+            raise InvalidInput(f"columns keys must be column names, got {validation.short(name)}")
+        if value is not None and not isinstance(value, (str, int, float)):
+            raise InvalidInput(
+                f"columns[{name!r}] must be a string, a number or None, "
+                f"got {validation.short(value)}"
             )
 
 

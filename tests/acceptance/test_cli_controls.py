@@ -121,6 +121,30 @@ def test_jobs_actions_select_by_arguments_and_refuse_bad_json(migrated_url):  # 
     queue.engine.dispose()
 
 
+def test_jobs_actions_select_by_concurrency_key_and_name_app_columns_they_cannot_see(
+    migrated_url,  # noqa: F811
+):
+    queue = queue_on(migrated_url)
+    keyed = queue.enqueue("sync", concurrency_key="acct:1", concurrency_limit=1).id
+    other = queue.enqueue("sync").id
+
+    done = sqlq("--db", migrated_url, "jobs", "cancel", "--concurrency-key", "acct:1", "--yes")
+
+    assert done.stdout.strip() == "cancelled 1 job(s)", done.stderr
+    assert (queue.get_job(keyed).status, queue.get_job(other).status) == ("CANCELLED", "QUEUED")
+    # sqlq's own models have no app columns: the error names them all (none) and
+    # nothing is cancelled.
+    refused = sqlq("--db", migrated_url, "jobs", "cancel", "--columns", '{"tenant_id": 7}')
+    assert "'tenant_id' is not one of the app's columns on sqlq_jobs (those are: none)" in (
+        one_error_line(refused)
+    )
+    assert "--columns must be a JSON object" in one_error_line(
+        sqlq("--db", migrated_url, "jobs", "cancel", "--columns", "tenant_id=7")
+    )
+    assert queue.get_job(other).status == "QUEUED"
+    queue.engine.dispose()
+
+
 def test_jobs_without_a_target_or_with_a_status_the_action_skips_is_one_error_line(
     migrated_url,  # noqa: F811
 ):

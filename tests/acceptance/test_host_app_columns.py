@@ -121,3 +121,51 @@ def test_the_library_models_on_a_host_table_warn_once_about_the_columns_they_mis
         warnings.simplefilter("error")
         sqlq_orm.Queue(host.engine)  # once per engine
         sqlq_orm.Queue(host.engine, models=MODELS)  # the app's models map them all
+
+
+def test_lists_and_bulk_actions_filter_by_the_apps_columns_and_a_concurrency_key(host):
+    from sqlq_orm.ops.joblist import JobFilter, list_jobs
+
+    queue = host.queue
+    seven = [queue.enqueue("send_invoice", tenant_id=7).id for _ in range(3)]
+    eight = queue.enqueue("send_invoice", tenant_id=8, label="vip").id
+    keyed = queue.enqueue(
+        "send_invoice", tenant_id=8, concurrency_key="acct:1", concurrency_limit=1
+    ).id
+
+    def listed(**fields):
+        return sorted(j.id for j in list_jobs(queue, JobFilter(**fields)).jobs)
+
+    assert listed(columns={"tenant_id": 7}) == seven
+    assert listed(columns={"tenant_id": 8, "label": "vip"}) == [eight]
+    assert listed(columns={"tenant_id": 8, "label": None}) == [keyed]
+    assert listed(concurrency_key="acct:1") == [keyed]
+    assert listed(concurrency_key="acct:2") == []
+
+    dry = queue.cancel_jobs(JobFilter(columns={"tenant_id": 7}), dry_run=True)
+    assert (dry.matched, dry.acted) == (3, 0)
+    done = queue.cancel_jobs(JobFilter(columns={"tenant_id": 7}))
+    assert (done.matched, done.acted) == (3, 3)
+    assert {queue.get_job(n).status for n in seven} == {"CANCELLED"}
+    assert {queue.get_job(n).status for n in (eight, keyed)} == {"QUEUED"}
+
+
+@pytest.mark.parametrize(
+    ("columns", "named"),
+    [
+        ({"tenant": 7}, r"'tenant' is not one of the app's columns on sqlq_jobs \(those are: "
+         r"label, order_id, tenant_id\)"),
+        ({"status": "QUEUED"}, "'status' is not one of the app's columns"),
+        ({}, "columns must be a non-empty mapping"),
+        ({"tenant_id": [7]}, r"columns\['tenant_id'\] must be a string, a number or None"),
+    ],
+)  # fmt: skip
+def test_a_column_filter_naming_no_app_column_is_refused_naming_it(host, columns, named):
+    from sqlq_orm.ops.joblist import JobFilter, list_jobs
+
+    host.queue.enqueue("send_invoice", tenant_id=7)
+    with pytest.raises(sqlq_orm.InvalidInput, match=named):
+        list_jobs(host.queue, JobFilter(columns=columns))
+    with pytest.raises(sqlq_orm.InvalidInput, match=named):
+        host.queue.cancel_jobs(JobFilter(columns=columns))
+    assert host.queue.get_job(1).status == "QUEUED"

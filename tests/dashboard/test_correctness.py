@@ -302,3 +302,21 @@ def test_the_job_page_shows_what_a_job_returned_and_nothing_for_one_without(serv
     assert '"charged": 1250' in shown and '"currency": "EUR"' in shown
     page.goto(url + f"/jobs/{plain}")
     assert page.locator("#result").count() == 0
+
+
+@pytest.mark.browser
+def test_the_jobs_list_filters_by_concurrency_key_and_names_an_unknown_app_column(
+    serve, page, queue
+):
+    keyed = queue.enqueue("sync", concurrency_key="acct:1", concurrency_limit=1).id
+    queue.enqueue("sync")
+    url = serve(enable_actions=True).url  # the id is the second column, after the tick box
+    page.goto(url + "/jobs")
+    page.fill("input[name=concurrency_key]", "acct:1")
+    page.click("form.filters button")
+    assert page.locator("#jobs tbody tr td:nth-child(2)").all_inner_texts() == [str(keyed)]
+    assert page.locator("input[name=concurrency_key]").input_value() == "acct:1"
+    query = urllib.parse.urlencode({"columns": '{"tenant_id": 7}'})
+    response = page.goto(url + "/jobs?" + query)
+    assert response is not None and response.status == 400
+    assert "'tenant_id' is not one of the app's columns" in page.locator("#error").inner_text()
