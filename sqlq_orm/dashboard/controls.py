@@ -1,13 +1,14 @@
-"""The writes on queues and schedules: pause and resume a queue; run a schedule now,
-pause and resume it.
+"""The writes on queues and schedules: pause and resume a queue, set or clear its rate
+limit; run a schedule now, pause and resume it.
 
 Like the job actions (:mod:`sqlq_orm.dashboard.actions`): ``GET`` confirms what would
 change, ``POST`` (CSRF-checked, refused while actions are disabled) does it through the
 library (:meth:`Queue.pause_queue <sqlq_orm.Queue.pause_queue>`, ``resume_queue``,
-``run_schedule_now``, ``pause_schedule``, ``resume_schedule``) and redirects (303) to
-its outcome. Running a schedule now needs its declaration (type, payload, options live
-in code): the host passes its registry's schedules to
-``create_app(..., schedules=registry.schedules)``; without it the page says so.
+``set_rate_limit``, ``clear_rate_limit``, ``run_schedule_now``, ``pause_schedule``,
+``resume_schedule``) and redirects (303) to its outcome. Running a schedule now needs
+its declaration (type, payload, options live in code): the host passes its registry's
+schedules to ``create_app(..., schedules=registry.schedules)``; without it the page
+says so.
 """
 
 from __future__ import annotations
@@ -58,6 +59,16 @@ CONTROLS = {
             "Workers claim its jobs again, and its idle workers are woken.",
         ),
         Control(
+            "limit-queue", "Limit queue", "queue",
+            "Workers start at most this many of its jobs in any window of this many "
+            "seconds, counted per rate key (jobs without one share one count); jobs over "
+            "the limit wait in QUEUED. Replaces the queue's limit if it has one.",
+        ),
+        Control(
+            "unlimit-queue", "Remove rate limit of queue", "queue",
+            "Workers start its jobs as fast as they claim them again.",
+        ),
+        Control(
             "run-schedule", "Run schedule now", "schedule",
             "Enqueues one job of the schedule now, outside its slots; its next slot "
             "still fires as planned.",
@@ -72,6 +83,15 @@ CONTROLS = {
         ),
     )
 }  # fmt: skip
+
+
+def _whole_number(form: dict[str, str], field: str) -> int:
+    """A form field holding a whole number (the library checks its range)."""
+    text = form.get(field, "").strip()
+    try:
+        return int(text)
+    except ValueError:
+        raise InvalidInput(f"{field} must be a whole number, got {text!r}") from None
 
 
 def parse_target(control: Control, text: str | None) -> str:
@@ -136,9 +156,12 @@ class Controls:
         if isinstance(checked, Response):
             return checked
         control, target = checked
+        # The limit form starts from the queue's current limit (the overview's link).
+        prefill = {key: request.query_params.get(key, "") for key in ("max_starts", "per_seconds")}
         return self.render.page(
-            request, "control.html", refresh=False, control=control, target=target
-        )
+            request, "control.html", refresh=False, control=control, target=target,
+            prefill=prefill,
+        )  # fmt: skip
 
     async def perform(self, request: Request) -> Response:
         body = await read_capped(request, MAX_FORM_BYTES)
@@ -158,8 +181,10 @@ class Controls:
                 "browser; nothing was changed (reload the page and confirm again)",
             )  # fmt: skip
         try:
-            message = await run_in_threadpool(self._do, control, target)
-        except SqlqError as error:  # e.g. no schedule of that name (InvalidInput too)
+            message = await run_in_threadpool(self._do, control, target, form)
+        except InvalidInput as error:  # e.g. a rate limit of 0
+            return self._error(request, 400, f"{error}; nothing was changed")
+        except SqlqError as error:  # e.g. no schedule of that name
             return self._error(request, 409, f"{error}; nothing was changed")
         finally:
             self.after_write()
@@ -172,8 +197,20 @@ class Controls:
             f"{root}/controls/{control.name}/done?outcome={key}", status_code=303
         )
 
-    def _do(self, control: Control, target: str) -> str:
+    def _do(self, control: Control, target: str, form: dict[str, str]) -> str:
         queue = self.queue
+        if control.name == "limit-queue":
+            max_starts = _whole_number(form, "max_starts")
+            per_seconds = _whole_number(form, "per_seconds")
+            queue.set_rate_limit(target, max_starts, per_seconds, actor=ACTOR)
+            return f"Queue {target}: at most {max_starts} starts per {per_seconds} s."
+        if control.name == "unlimit-queue":
+            changed = queue.clear_rate_limit(target, actor=ACTOR)
+            return (
+                f"Queue {target}: rate limit removed."
+                if changed
+                else f"Queue {target} had no rate limit."
+            )
         if control.name == "pause-queue":
             changed = queue.pause_queue(target, actor=ACTOR)
             return f"Queue {target} paused." if changed else f"Queue {target} was paused already."

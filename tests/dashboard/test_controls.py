@@ -41,6 +41,38 @@ def test_pausing_a_queue_from_the_overview_stops_claims_until_resumed(serve, pag
     assert len(queue.claim("w-2", queues=["mail"])) == 1
 
 
+def test_a_queues_rate_limit_is_set_changed_and_removed_from_the_overview(serve, page, queue):
+    seed(queue)
+    served = serve(enable_actions=True)
+    page.goto(served.url + "/")
+    page.click("#limit-queue-mail")
+    assert page.locator("h1").inner_text() == "Limit queue mail?"
+    page.fill("#max_starts", "0")
+    page.fill("#per_seconds", "60")
+    page.evaluate("document.querySelector('#max_starts').removeAttribute('min')")
+    page.click("#confirm")
+    assert "max_starts must be" in page.locator("#error").inner_text()
+    assert queue.stats().rate_limits == {}  # refused: nothing written
+    page.goto(served.url + "/")
+    page.click("#limit-queue-mail")
+    page.fill("#max_starts", "2")
+    page.fill("#per_seconds", "60")
+    page.click("#confirm")
+    assert page.locator("#outcome").inner_text() == "Queue mail: at most 2 starts per 60 s."
+    assert queue.stats().rate_limits == {"mail": (2, 60)}
+    queue.enqueue_many([{"type": "send_email", "queue": "mail"}] * 3)
+    assert len(queue.claim("w-2", queues=["mail"], limit=10)) == 2  # the limit holds
+    page.goto(served.url + "/")
+    assert page.locator("#limit-mail").inner_text() == "at most 2 per 60 s"
+    page.click("#limit-queue-mail")  # the form starts from the current limit
+    assert page.locator("#max_starts").input_value() == "2"
+    page.goto(served.url + "/")
+    page.click("#unlimit-queue-mail")
+    page.click("#confirm")
+    assert page.locator("#outcome").inner_text() == "Queue mail: rate limit removed."
+    assert queue.stats().rate_limits == {}
+
+
 def test_discarding_a_job_deletes_it_and_its_history(serve, page, queue):
     jobs = seed(queue)
     served = serve(enable_actions=True)
