@@ -175,7 +175,7 @@ def test_bulk_retry_of_a_parent_and_its_child_keeps_the_order(queue):
 
     outcome = actions.apply(queue, actions.ACTIONS["retry"], [child, parent])  # newest first
 
-    assert sorted(outcome.done) == [parent, child] and outcome.skipped == []
+    assert (outcome.done, outcome.skipped, outcome.why_skipped) == (2, 0, [])
     assert state(queue, child) == (WAITING, 1)
     run_only(queue, parent)
     assert check(queue) == []

@@ -151,7 +151,8 @@ def _before_history(plan: list[str]) -> list[str]:
 
 def test_the_plan_check_flags_a_query_no_index_serves(queue):
     jobs = queue.tables.jobs
-    unindexed = select(jobs.c.id).where(jobs.c.payload == "x").order_by(jobs.c.payload_ref)
+    # error_detail: no index holds it (payload would do too, but is JSONB on PostgreSQL).
+    unindexed = select(jobs.c.id).where(jobs.c.error_detail == "x").order_by(jobs.c.payload_ref)
 
     offenders = _full_scans(queue.engine, [("unindexed", unindexed)])
 
