@@ -15,7 +15,7 @@ from sqlalchemy import select
 from sqlq_orm.core import validation
 from sqlq_orm.db.context import HasContext, QueueContext, context_of
 from sqlq_orm.ops.joblist import JobFilter, JobPage, JobSummary, list_jobs
-from sqlq_orm.ops.stats.views import DEFAULT_WORKER_STALE_SECONDS, WorkerView, worker_state
+from sqlq_orm.ops.stats.views import DEFAULT_WORKER_STALE_SECONDS, WorkerView
 from sqlq_orm.schema.mixins import WORKER_ID_MAX
 from sqlq_orm.schema.states import HELD
 
@@ -67,17 +67,6 @@ def worker_detail(
         ]
     view = None
     if row is not None:
-        view = WorkerView(
-            id=row.id,
-            hostname=row.hostname,
-            pid=int(row.pid),
-            queues=row.queues,
-            concurrency=int(row.concurrency),
-            started_at=int(row.started_at),
-            last_seen_at=int(row.last_seen_at),
-            seen_seconds_ago=max(0, now - int(row.last_seen_at)),
-            state=worker_state(int(row.last_seen_at), now, worker_stale_seconds),
-            held_jobs=len(held),
-        )
+        view = WorkerView.from_row(row, now, worker_stale_seconds, len(held))
     page = list_jobs(queue, JobFilter(worker=worker_id), limit=recent, scan_chunks=scan_chunks)
     return WorkerDetail(now=now, worker_id=worker_id, worker=view, held=held, recent=page)

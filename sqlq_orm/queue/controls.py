@@ -11,6 +11,8 @@ as an enqueue does.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlq_orm.core import validation
 from sqlq_orm.errors import SqlqError
 from sqlq_orm.queue.core import SYSTEM_ACTOR, QueueCore, retry_if_rolled_back
@@ -51,18 +53,7 @@ class QueueControls(QueueCore):
 
         Returns False when the queue was not paused (nothing changes then).
         """
-        name = validation.require_name("name", name, QUEUE_MAX)
-        actor = validation.require_name("actor", actor, WORKER_ID_MAX)
-        self._require_queue_controls()
-        with self._write() as connection:
-            changed = connection.execute(
-                self.sql.resume_queue, {"p_name": name, "p_actor": actor}
-            ).rowcount
-            if changed:
-                self._announce_jobs(connection, [name])
-        if changed:
-            self._wake_workers(None, [name])
-        return bool(changed)
+        return self._lift(self.sql.resume_queue, name, actor)
 
     @retry_if_rolled_back
     def set_rate_limit(
@@ -104,13 +95,16 @@ class QueueControls(QueueCore):
     def clear_rate_limit(self, name: str, *, actor: str = SYSTEM_ACTOR) -> bool:
         """Remove queue ``name``'s rate limit and wake its idle workers; False when it
         had none."""
+        return self._lift(self.sql.clear_rate_limit, name, actor)
+
+    def _lift(self, statement: Any, name: str, actor: str) -> bool:
+        """Run a statement that lets queue ``name``'s jobs start again (resume, clear a
+        rate limit); when it changed the queue, wake its idle workers everywhere."""
         name = validation.require_name("name", name, QUEUE_MAX)
         actor = validation.require_name("actor", actor, WORKER_ID_MAX)
         self._require_queue_controls()
         with self._write() as connection:
-            changed = connection.execute(
-                self.sql.clear_rate_limit, {"p_name": name, "p_actor": actor}
-            ).rowcount
+            changed = connection.execute(statement, {"p_name": name, "p_actor": actor}).rowcount
             if changed:
                 self._announce_jobs(connection, [name])
         if changed:

@@ -316,18 +316,7 @@ def _workers(
     held_by_worker: dict[str | None, int],
 ) -> list[WorkerView]:
     return [
-        WorkerView(
-            id=row.id,
-            hostname=row.hostname,
-            pid=int(row.pid),
-            queues=row.queues,
-            concurrency=int(row.concurrency),
-            started_at=int(row.started_at),
-            last_seen_at=int(row.last_seen_at),
-            seen_seconds_ago=max(0, now - int(row.last_seen_at)),
-            state=worker_state(int(row.last_seen_at), now, stale_seconds),
-            held_jobs=held_by_worker.get(row.id, 0),
-        )
+        WorkerView.from_row(row, now, stale_seconds, held_by_worker.get(row.id, 0))
         for row in connection.execute(q.workers())
     ]
 

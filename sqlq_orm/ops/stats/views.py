@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Any
 
 DEFAULT_WINDOWS: tuple[int, ...] = (300, 3600)
 """Throughput windows in seconds: the last 5 and 60 minutes."""
@@ -201,6 +202,23 @@ class WorkerView:
     seen_seconds_ago: int
     state: WorkerState
     held_jobs: int
+
+    @classmethod
+    def from_row(cls, row: Any, now: int, stale_seconds: int, held_jobs: int) -> WorkerView:
+        """The view of one worker-registry row, seen at ``now``."""
+        last_seen_at = int(row.last_seen_at)
+        return cls(
+            id=row.id,
+            hostname=row.hostname,
+            pid=int(row.pid),
+            queues=row.queues,
+            concurrency=int(row.concurrency),
+            started_at=int(row.started_at),
+            last_seen_at=last_seen_at,
+            seen_seconds_ago=max(0, now - last_seen_at),
+            state=worker_state(last_seen_at, now, stale_seconds),
+            held_jobs=held_jobs,
+        )
 
 
 @dataclass(frozen=True)
