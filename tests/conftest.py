@@ -23,7 +23,7 @@ from sqlalchemy.engine import Engine
 
 import sqlq_orm
 from sqlq_orm.schema.models import Base
-from tests.support import factories
+from tests.support import factories, server_reset
 from tests.support import pgbouncer as pgbouncer_support
 from tests.support.aio_bridge import (
     FLAVOURS,
@@ -133,45 +133,57 @@ def pgbouncer(
         pooler.stop()
 
 
-def _empty_mariadb(url: str) -> None:
-    """Drop and recreate the session's MariaDB database (tables, generated columns, all)."""
-    parsed = sqlalchemy.make_url(url)
-    engine = sqlalchemy.create_engine(parsed.set(database=None), isolation_level="AUTOCOMMIT")
-    with engine.connect() as connection:
-        connection.exec_driver_sql(f"DROP DATABASE IF EXISTS `{parsed.database}`")
-        connection.exec_driver_sql(f"CREATE DATABASE `{parsed.database}`")
-    engine.dispose()
+_SERVERS: dict[str, server_reset.ServerDatabase] = {}
+"""This session's server databases (by direct URL), and whether each holds the models'
+schema now (``tests/support/server_reset.py``)."""
+
+_SERVER = pytest.StashKey[server_reset.ServerDatabase]()
+"""Stashed on a test that runs on a server: its database."""
+_SCHEMA_KEPT = pytest.StashKey[bool]()
+"""Stashed on a test whose server database kept the models' schema, its tables emptied:
+the ``engine`` fixture then skips ``create_all``."""
 
 
 @pytest.fixture
 def db_url(request: pytest.FixtureRequest, tmp_path) -> str:
-    """A URL for an empty database: a SQLite file, or this session's server database."""
+    """A URL for an empty database: a SQLite file, or this session's server database.
+
+    On a server, a test that takes ``engine`` gets the models' schema with every table
+    emptied when the previous test left that schema exactly as it was (much cheaper than
+    rebuilding it); any other test gets a database with no tables at all.
+    """
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'queue.db'}"
-    if request.param == "mariadb":
-        mariadb: str = request.getfixturevalue("mariadb_url")
-        _empty_mariadb(mariadb)
-        return mariadb
-    url: str = request.getfixturevalue("postgres_url")
-    engine = sqlalchemy.create_engine(url)
-    with engine.begin() as connection:
-        connection.exec_driver_sql("DROP SCHEMA public CASCADE")
-        connection.exec_driver_sql("CREATE SCHEMA public")
-    engine.dispose()
+    direct: str = request.getfixturevalue(
+        "mariadb_url" if request.param == "mariadb" else "postgres_url"
+    )
+    server = _SERVERS.setdefault(direct, server_reset.ServerDatabase(direct))
+    request.node.stash[_SERVER] = server
+    if "engine" in request.fixturenames and server.holds_models_schema:
+        server.empty_tables()
+        request.node.stash[_SCHEMA_KEPT] = True
+    else:
+        server.rebuild()
     if request.param == "pgbouncer":
         pooler: pgbouncer_support.Pooler = request.getfixturevalue("pgbouncer")
-        return pooler.pooled(url)
-    return url
+        return pooler.pooled(direct)
+    return direct
 
 
 @pytest.fixture
-def engine(db_url: str) -> Iterator[Engine]:
+def engine(request: pytest.FixtureRequest, db_url: str) -> Iterator[Engine]:
     """An engine from ``sqlq_orm.create_engine`` with the schema created from models
     (through PgBouncer: with ``transaction_pooling`` and a direct ``listen_url``)."""
     engine = sqlq_orm.create_engine(db_url, **pgbouncer_support.engine_options(db_url))
-    Base.metadata.create_all(engine)
+    server = request.node.stash.get(_SERVER, None)
+    if not request.node.stash.get(_SCHEMA_KEPT, False):
+        Base.metadata.create_all(engine)
+        if server is not None:
+            server.models_created(Base.metadata)
     yield engine
     engine.dispose()
+    if server is not None:
+        server.test_ended()
 
 
 @pytest.fixture
