@@ -19,7 +19,8 @@ of the repetitions, against the stats budget of < 250 ms per query:
 - whole pages through the app (Starlette's test client: routing, reads, templates),
   against the issue's page budget of < 100 ms: ``/``, ``/jobs``, ``/jobs?status=FAILED``,
   one job, ``/workers``, ``/metrics``, ``/jobs?worker=absent`` (a filter no index
-  serves: the list's total counts the newest 100,000 ids). The overview and
+  serves: the list's total counts the newest 100,000 ids), and sorted lists (by run
+  time and by attempts: a sort of the newest 100,000 ids; oldest first: the key). The overview and
   ``/metrics`` read the report every tab shares (:mod:`sqlq_orm.dashboard.cache`);
   the request that computes it (the first one, and one after a write) is timed apart;
 - eight tabs polling the overview every 5 s for ``TABS_SECONDS``: the database's
@@ -208,8 +209,9 @@ def _pages(config: Config, label: str, queue: sqlq_orm.Queue, rows: int) -> list
                note="once per refresh for every tab, in the background after the first")
     )  # fmt: skip
     paths = (
-        "/", "/jobs", "/jobs?status=FAILED", "/jobs?worker=absent", f"/jobs/{rows // 2}",
-        "/workers", "/metrics",
+        "/", "/jobs", "/jobs?status=FAILED", "/jobs?worker=absent", "/jobs?sort=run_at",
+        "/jobs?sort=attempts&dir=asc&status=FAILED", "/jobs?sort=id&dir=asc",
+        f"/jobs/{rows // 2}", "/workers", "/metrics",
     )  # fmt: skip
     for path in paths:
         assert client.get(path).status_code == 200, path  # warm, and it must answer

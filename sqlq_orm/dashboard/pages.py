@@ -37,6 +37,7 @@ from sqlq_orm.ops.joblist import (
     count_recent,
     list_jobs,
 )
+from sqlq_orm.ops.jobsort import SORT_WINDOW, JobSort, SortCursor, SortedPage, list_sorted_jobs
 from sqlq_orm.ops.render.text import STATUS_ORDER
 from sqlq_orm.ops.stats import QueueStats, collect_workers
 from sqlq_orm.ops.table_sizes import TableSizes
@@ -177,6 +178,46 @@ def filter_params(job_filter: JobFilter) -> dict[str, str]:
     return {k: v for k, v in values.items() if v is not None}
 
 
+SORT_HEADERS = {
+    # column title: the sort its header link asks for
+    "id": "id",
+    "priority": "priority",
+    "attempts": "attempts",
+    "run at": "run_at",
+    "finished": "finished_at",
+}
+
+
+def parse_sort(params: Mapping[str, str]) -> JobSort:
+    """The list's order from ``sort`` (a key of ``jobsort.SORT_KEYS``) and ``dir`` (``asc`` or
+    ``desc``); blank: id, newest first."""
+    key = (params.get("sort") or "").strip() or "id"
+    direction = (params.get("dir") or "").strip() or "desc"
+    if direction not in ("asc", "desc"):
+        raise InvalidInput(f"dir must be asc or desc, got {direction!r}")
+    return JobSort(key, descending=direction == "desc")
+
+
+def sort_params(job_sort: JobSort) -> dict[str, str]:
+    """The order back as query parameters (none for the default order)."""
+    if job_sort.is_default:
+        return {}
+    return {"sort": job_sort.key, "dir": "desc" if job_sort.descending else "asc"}
+
+
+def sort_links(job_sort: JobSort, params: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Each sortable column's header: its link (the other direction when the list is
+    already sorted by it, else descending) and its ``aria-sort``."""
+    headers = {}
+    for title, key in SORT_HEADERS.items():
+        current = job_sort.key == key
+        descending = not (current and job_sort.descending)
+        link = dict(params, **sort_params(JobSort(key, descending=descending)))
+        aria_sort = ("descending" if job_sort.descending else "ascending") if current else None
+        headers[title] = {"query": link, "aria_sort": aria_sort}
+    return headers
+
+
 def index_counts(job_filter: JobFilter) -> bool:
     """Whether a status-leading index alone serves the filter's count: a status, with
     at most an error code (``ix_*_finished``, ``ix_*_failed_code``). Capped, that count
@@ -291,8 +332,17 @@ class Pages:
     async def jobs(self, request: Request) -> Response:
         try:
             job_filter = parse_filter(request.query_params)
+            job_sort = parse_sort(request.query_params)
             before = parse_job_id("before", request.query_params.get("before"))
+            after_text = request.query_params.get("after")
+            after = SortCursor.parse(after_text) if after_text else None
+            window = parse_job_id("window", request.query_params.get("window"))
             exact = request.query_params.get("count") == "all"
+        except InvalidInput as error:
+            return self._bad_request(request, error)
+        if not job_sort.is_default:
+            return await self._sorted_jobs(request, job_filter, job_sort, after, window, exact)
+        try:
 
             def read() -> tuple[JobPage, RecentCount, int]:
                 page = list_jobs(
@@ -317,14 +367,90 @@ class Pages:
             page, total, scanned = await run_in_threadpool(read)
         except InvalidInput as error:
             return self._bad_request(request, error)
+        older = None if page.next_before is None else {"before": str(page.next_before)}
+        return self._jobs_page(
+            request, job_filter, job_sort, page.jobs, total, scanned, exact,
+            first=before is None, older=older, stopped_early=page.stopped_early,
+            searched_to=page.next_before,
+        )  # fmt: skip
+
+    async def _sorted_jobs(
+        self,
+        request: Request,
+        job_filter: JobFilter,
+        job_sort: JobSort,
+        after: SortCursor | None,
+        window: int | None,
+        exact: bool,
+    ) -> Response:
+        """The list in another order than newest first (see :mod:`sqlq_orm.ops.jobsort`)."""
+        try:
+
+            def read() -> tuple[SortedPage, RecentCount, int]:
+                page = list_sorted_jobs(
+                    self.queue, job_filter, job_sort, after=after, window=window,
+                    limit=PAGE_SIZE, scan_chunks=PAGE_SCAN_CHUNKS,
+                )  # fmt: skip
+                if exact:
+                    count = count_capped(self.queue, job_filter, cap=validation.INT32_MAX)
+                    return page, RecentCount(count=count, scanned_all=True), 0
+                if index_counts(job_filter) and not job_sort.bounded:
+                    count = count_capped(self.queue, job_filter, cap=MAX_COUNTED)
+                    return page, RecentCount(count=count, scanned_all=True), 0
+                # A bounded order counts the window it sorts (what its pages hold).
+                total = count_recent(self.queue, job_filter, cap=MAX_COUNTED, since=page.window)
+                return page, total, SORT_WINDOW if job_sort.bounded else SCAN_CHUNK
+
+            page, total, scanned = await run_in_threadpool(read)
+        except InvalidInput as error:
+            return self._bad_request(request, error)
+        older = None
+        if page.next_after is not None:
+            older = {"after": str(page.next_after)}
+            if page.window is not None:
+                older["window"] = str(page.window)
+        return self._jobs_page(
+            request, job_filter, job_sort, page.jobs, total, scanned, exact,
+            first=after is None, older=older, stopped_early=page.stopped_early,
+            searched_to=None if page.next_after is None else page.next_after.id,
+            window=page.window, window_whole=page.window_holds_all,
+        )  # fmt: skip
+
+    def _jobs_page(
+        self,
+        request: Request,
+        job_filter: JobFilter,
+        job_sort: JobSort,
+        jobs: list[Any],
+        total: RecentCount,
+        scanned: int,
+        exact: bool,
+        *,
+        first: bool,
+        older: dict[str, str] | None,
+        stopped_early: bool,
+        searched_to: int | None,
+        window: int | None = None,
+        window_whole: bool = False,
+    ) -> Response:
+        params = filter_params(job_filter)
+        view = dict(params, **sort_params(job_sort))
         return self.render.page(
             request,
             "jobs.html",
-            page=page,
+            jobs=jobs,
             job_filter=job_filter,
-            params=filter_params(job_filter),
+            job_sort=job_sort,
+            params=params,
+            view=view,
+            headers=sort_links(job_sort, params),
             statuses=STATUS_ORDER,
-            before=before,
+            first=first,
+            older=None if older is None else dict(view, **older),
+            stopped_early=stopped_early,
+            searched_to=searched_to,
+            window=window,
+            window_whole=window_whole,
             total=total.count,
             scanned_all=total.scanned_all,
             exact=exact,

@@ -41,6 +41,14 @@ def format_ts(value: int | None) -> str:
     return datetime.fromtimestamp(int(value), UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
+def format_ts_minute(value: int | None) -> str:
+    """Epoch seconds as ``YYYY-MM-DD HH:MM`` (UTC): a list's narrow time cell, whose
+    ``title`` carries :func:`format_ts`'s full time."""
+    if value is None:
+        return ""
+    return datetime.fromtimestamp(int(value), UTC).strftime("%Y-%m-%d %H:%M")
+
+
 def format_local(value: int | None, zone_name: str) -> str:
     """Epoch seconds as ``YYYY-MM-DD HH:MM TZ`` in the IANA zone ``zone_name``; ``never``
     for None.
@@ -124,6 +132,7 @@ def make_environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters["ts"] = format_ts
+    env.filters["ts_minute"] = format_ts_minute
     env.filters["local"] = format_local
     env.filters["duration"] = format_duration
     env.filters["json"] = format_json

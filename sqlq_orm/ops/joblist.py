@@ -438,12 +438,15 @@ def count_recent(
     *,
     cap: int = MAX_COUNTED,
     scan: int = SCAN_CHUNK,
+    since: int | None = None,
 ) -> RecentCount:
     """How many of the newest ``scan`` ids match ``job_filter``, counting no further
     than ``cap + 1``: a list's total at a cost bounded like its page's, whatever the
-    filter (a rare match no index serves would otherwise count the whole table)."""
+    filter (a rare match no index serves would otherwise count the whole table).
+    ``since`` counts the ids from there up instead (a sorted list's window)."""
     cap = validation.require_int("cap", cap, minimum=1, maximum=validation.INT32_MAX)
     scan = validation.require_int("scan", scan, minimum=1, maximum=validation.INT32_MAX)
+    since = validation.optional_int("since", since, minimum=1)
     context = context_of(queue)
     q = JobListQueries(context.tables)
     j = context.tables.jobs.c
@@ -452,7 +455,7 @@ def count_recent(
         lowest, highest = connection.execute(q.id_bounds()).one()
         if lowest is None:
             return RecentCount(count=0, scanned_all=True)
-        low = max(int(lowest), int(highest) - scan + 1)
+        low = max(int(lowest), int(highest) - scan + 1 if since is None else since)
         found = (
             select(j.id).where(*where, j.id >= low, j.id <= int(highest)).limit(cap + 1).subquery()
         )

@@ -244,3 +244,44 @@ def test_a_worker_page_shows_what_it_holds_what_it_ran_and_its_queues(serve, pag
     assert "No worker is registered with this id" in page.locator("#unregistered").inner_text()
     response = page.goto(served.url + "/worker?id=")
     assert response is not None and response.status == 400
+
+
+def test_sorting_by_a_column_header_keeps_the_filter_and_pages_in_that_order(
+    serve, page, queue, monkeypatch
+):
+    from sqlq_orm.dashboard import pages
+    from sqlq_orm.ops import jobsort
+
+    if backend(queue) == "mysql":
+        pytest.skip("the same statements as on SQLite; tests/conformance/test_jobsort runs them")
+    monkeypatch.setattr(pages, "PAGE_SIZE", 2)
+    monkeypatch.setattr(jobsort, "SORT_WINDOW", 5)  # the window: every job but the oldest
+    queue.enqueue("other", priority=9)
+    ids = {queue.enqueue("email", priority=p).id: p for p in (1, 3, 0, 3, 2)}
+    by_priority = sorted(ids, key=lambda i: (ids[i], i), reverse=True)
+    served = serve()
+
+    page.goto(served.url + "/jobs?type=email")
+    page.click("#jobs thead >> text=priority")
+    header = page.locator("#jobs thead th", has_text="priority")
+    assert header.get_attribute("aria-sort") == "descending"
+    assert page.locator("#jobs thead th[aria-sort]").count() == 1
+    assert "sort=priority" in page.url and "type=email" in page.url
+    shown = page.locator("#jobs tbody tr td:first-child").all_inner_texts()
+    page.click("#older")
+    shown += page.locator("#jobs tbody tr td:first-child").all_inner_texts()
+    page.click("#older")
+    shown += page.locator("#jobs tbody tr td:first-child").all_inner_texts()
+    assert shown == [str(i) for i in by_priority]
+    assert f"among the jobs from id {min(ids)} up" in page.locator("#sort-window").inner_text()
+    screenshot(page, f"jobs-sorted-{backend(queue)}")
+
+    page.click("#jobs thead >> text=priority")  # the same header again: ascending
+    assert header.get_attribute("aria-sort") == "ascending"
+    assert page.locator("#jobs tbody tr td:first-child").all_inner_texts() == [
+        str(i) for i in by_priority[::-1][:2]
+    ]
+    page.fill("input[name=type]", "other")  # a new filter keeps the order
+    page.click("text=Filter")
+    assert "sort=priority" in page.url and "dir=asc" in page.url
+    assert header.get_attribute("aria-sort") == "ascending"

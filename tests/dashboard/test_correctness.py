@@ -27,6 +27,7 @@ WAY_TOO_BIG = "99999999999999999999"
         (f"/jobs/{TOO_BIG}", 404, f"no job with id {TOO_BIG}"),
         (f"/jobs?id={TOO_BIG}", 400, f"id must be a job id from 1 to {2**63 - 1}, got {TOO_BIG}"),
         (f"/jobs?before={WAY_TOO_BIG}", 400, "before must be a job id"),
+        (f"/jobs?sort=run_at&after=7:{WAY_TOO_BIG}", 400, "after must be a job id"),
         (f"/actions/retry?job={TOO_BIG}", 400, "job must be a job id"),
         (f"/actions/cancel?job={WAY_TOO_BIG}", 400, "job must be a job id"),
         (f"/actions/cancel?id={TOO_BIG}", 400, "id must be a job id"),
