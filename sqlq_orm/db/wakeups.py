@@ -9,6 +9,7 @@ polling stays the fallback for both.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Hashable, Iterable
 from typing import Protocol
@@ -39,6 +40,10 @@ class Wakeups:
         self._waiting: dict[int, tuple[frozenset[str], threading.Event]] = {}
         self._next = 0
         self._finishes: dict[int, list[Wake]] = {}
+        self.finish_listeners_seen: tuple[float, bool] = (-math.inf, False)
+        """``(time.monotonic() when looked, whether any process listens for finishes)``:
+        what a finishing transaction last learnt (PostgreSQL ``waiters_sql``); a finish
+        listener starting here sets it to now and True."""
 
     def wait_for_finish(self, job_id: int, wake: Wake) -> Callable[[], None]:
         """Set ``wake`` when a run of job ``job_id`` ends in this process (succeeded,
@@ -64,6 +69,21 @@ class Wakeups:
             woken = [wake for job_id in job_ids for wake in self._finishes.get(job_id, ())]
         for wake in woken:
             wake.set()
+
+    def notify_every_finish_waiter(self) -> None:
+        """Wake every ``wait`` caller: some run may have ended (SQLite's ``data_version``
+        says that another connection committed, not what)."""
+        if not self._finishes:
+            return
+        with self._lock:
+            woken = [wake for wakes in self._finishes.values() for wake in wakes]
+        for wake in woken:
+            wake.set()
+
+    def has_finish_waiters(self) -> bool:
+        """Whether any ``wait`` caller in this process is subscribed."""
+        with self._lock:
+            return bool(self._finishes)
 
     def subscribe(self, queues: Iterable[str], wake: threading.Event) -> Callable[[], None]:
         """Set ``wake`` whenever a job is added to one of ``queues``; return the unsubscribe."""

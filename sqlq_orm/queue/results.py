@@ -19,14 +19,23 @@ from sqlq_orm.core import validation
 from sqlq_orm.core.results import decode_result
 from sqlq_orm.errors import InvalidInput, JobFailed, JobNotFound, ResultNotReady, WaitTimeout
 from sqlq_orm.queue.core import QueueCore
+from sqlq_orm.queue.finish_listener import finish_listener
 from sqlq_orm.schema.states import JobStatus
 
 _FIRST_PAUSE = 0.005
 _PAUSE_GROWTH = 1.5
 _LONGEST_PAUSE = 0.02
-"""Between wake-ups a wait reads the job by its primary key after 5 ms, then ever less
-often, up to every 20 ms: a job finished by a worker in another process (whose finish
-wakes nobody here) is seen within about 20 ms, at one indexed read per pause."""
+"""Where nothing hears other processes' finishes (MariaDB, an in-memory SQLite
+database, a listener that failed), a wait reads the job by its primary key after
+5 ms, then ever less often, up to every 20 ms: a job finished by a worker in another
+process is seen within about 20 ms, at one indexed read per pause."""
+_LONGEST_PAUSE_LISTENING = 0.5
+"""With a finish listener up (:mod:`sqlq_orm.queue.finish_listener`) the wake-up is the
+news; the reads between are a safety net for ends that send none (a job cancelled
+with its failed parent, or by a bulk action)."""
+_LISTENER_READY_SECONDS = 2.0
+"""How long a first wait gives the listener to connect before it reads: a finish
+between that read and the ``LISTEN`` would otherwise go unheard until the next read."""
 
 
 def _pause_until_woken(seconds: float, wake: threading.Event) -> None:
@@ -72,6 +81,10 @@ class Results(QueueCore):
         woken = threading.Event()
         unsubscribe = self.context.wakeups.wait_for_finish(job_id, woken)
         try:
+            # Runs ending in other processes wake it too, where the database can say so.
+            listener = finish_listener(self.context)
+            if listener is not None and not listener.ready.is_set():
+                self._pause(min(_LISTENER_READY_SECONDS, timeout), listener.ready)
             while True:
                 woken.clear()
                 status, value = self._outcome(job_id)
@@ -81,7 +94,12 @@ class Results(QueueCore):
                 if left <= 0:
                     raise WaitTimeout(job_id, status, timeout)
                 self._pause(min(pause, left), woken)
-                pause = min(pause * _PAUSE_GROWTH, _LONGEST_PAUSE)
+                longest = (
+                    _LONGEST_PAUSE_LISTENING
+                    if listener is not None and listener.heard_everywhere()
+                    else _LONGEST_PAUSE
+                )
+                pause = min(pause * _PAUSE_GROWTH, longest)
         finally:
             unsubscribe()
 

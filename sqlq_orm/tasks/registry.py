@@ -119,6 +119,7 @@ class TaskRegistry(HandlerRegistry):
         self._queue: Queue | None = None
         self._async_queue: AsyncQueue | None = None
         self._tasks: dict[str, Task[Any, Any]] = {}
+        self._failures: dict[str, FailurePolicy] = {}  # tasks with a backoff of their own
         self._middlewares: list[TaskMiddleware] = []
         if queue is not None:
             self.bind(queue)
@@ -220,9 +221,9 @@ class TaskRegistry(HandlerRegistry):
         ``lease`` (whole seconds, at least 2) is how long this task's jobs stay held
         without a heartbeat, instead of the worker's ``lease_seconds``: longer for a
         task whose heartbeats may come late, shorter to get its jobs back sooner after
-        a worker dies. The worker renews these leases for that long, heartbeats within
-        a third of the shortest, and self-fences after it; the claim itself still takes
-        the worker's lease until the first heartbeat.
+        a worker dies. The worker claims these jobs with that lease (in the claim's
+        transaction), renews them for that long, heartbeats within a third of the
+        shortest, and self-fences after it.
         """
         options = TaskOptions(
             queue=queue,
@@ -277,6 +278,8 @@ class TaskRegistry(HandlerRegistry):
         runner_class = AsyncTaskRunner if is_coroutine_handler(function) else TaskRunner
         runner = runner_class(function, signature, failures, self._middlewares)
         self.register(task_name, runner)
+        if failures is not None and failures.backoff is not None:
+            self._failures[task_name] = failures
         if lease is not None:
             self.set_lease_seconds(task_name, lease)
         task: Task[Any, Any] = Task(
@@ -304,6 +307,13 @@ class TaskRegistry(HandlerRegistry):
                 ARGUMENTS_DO_NOT_BIND,
                 "; ".join(f"job {job_id}: {why}" for job_id, why in drift.examples[:2]),
             )
+
+    def retry_delay_of(self, job_type: str, retry_number: int) -> float | None:
+        """The task's ``backoff=`` for retry ``retry_number`` of a job the sweeper took
+        back (its lease expired, or it ran past its max runtime); None for a job type
+        without one (the queue's retry policy)."""
+        failures = self._failures.get(job_type)
+        return None if failures is None else failures.delay(job_type, retry_number)
 
     def get_task(self, name: str) -> Task[Any, Any] | None:
         """The task of type ``name``, or None."""

@@ -97,6 +97,49 @@ def test_a_task_without_backoff_keeps_the_queues_retry_policy(steady_queue, engi
     assert job_row(engine, job.id).run_at == clock.now() + 10
 
 
+def test_a_run_the_sweeper_takes_back_retries_after_the_tasks_backoff(steady_queue, engine, clock):
+    registry = sqlq_orm.TaskRegistry(steady_queue)
+
+    @registry.task(name="export", max_retries=5, backoff=FixedBackoff(300))
+    def export() -> None: ...
+
+    @registry.task(name="plain", max_retries=5)
+    def plain() -> None: ...
+
+    jobs = [export.enqueue(), plain.enqueue()]
+    steady_queue.claim("gone-worker", limit=2, lease_seconds=30, start=True)  # then it died
+    clock.advance(31 + ROUNDING_SECONDS)
+    worker = sqlq_orm.Worker(
+        steady_queue, registry, burst=True, install_signal_handlers=False,
+        sweep_interval=3600, poll_interval=0.05,
+    )  # fmt: skip
+    worker.run()  # nothing due to run; sweeps on its way out
+
+    rows = [job_row(engine, job.id) for job in jobs]
+    assert [(row.status, row.error_code) for row in rows] == [("QUEUED", "LEASE:EXPIRED")] * 2
+    # The task's 300 s (whole seconds, never early), and the queue's 10 s for the other.
+    assert [row.run_at - clock.now() for row in rows] == [301, 10]
+    assert assert_histories_are_legal(engine) == 2
+
+
+def test_sweep_takes_each_job_types_retry_delay_and_the_queues_policy_otherwise(
+    steady_queue, engine, clock
+):
+    jobs = [steady_queue.enqueue(job_type, {}, max_retries=3) for job_type in ("own", "other")]
+    steady_queue.claim("gone-worker", limit=2, lease_seconds=30, start=True)
+    clock.advance(31 + ROUNDING_SECONDS)
+    asked: list[tuple[str, int]] = []
+
+    def delays(job_type: str, retry_number: int) -> float | None:
+        asked.append((job_type, retry_number))
+        return 120 if job_type == "own" else None
+
+    assert steady_queue.sweep(retry_delays=delays).requeued == 2
+
+    assert sorted(asked) == [("other", 1), ("own", 1)]
+    assert [job_row(engine, job.id).run_at - clock.now() for job in jobs] == [121, 10]
+
+
 def test_retry_in_spends_a_retry_and_wins_over_every_backoff(steady_queue, engine, clock):
     registry = sqlq_orm.TaskRegistry(steady_queue)
 
@@ -192,6 +235,54 @@ def test_a_tasks_lease_is_what_its_heartbeats_renew(steady_queue, engine, clock,
 
     assert seen == {"lease": task_lease, "renewed to": task_lease + ROUNDING_SECONDS}
     assert job_row(engine, job.id).status == "SUCCEEDED"
+
+
+@pytest.mark.parametrize("task_lease", [300, 3], ids=["longer", "shorter"])
+def test_a_tasks_lease_holds_from_the_claim_before_any_heartbeat(
+    steady_queue, engine, clock, task_lease
+):
+    registry = sqlq_orm.TaskRegistry(steady_queue)
+    seen: dict[str, Any] = {}
+
+    @registry.task(name="long_export", lease=task_lease)
+    def long_export(ctx: sqlq_orm.JobContext) -> None:
+        seen["held for"] = lease_expires_at(engine, ctx.job_id) - clock.now()
+
+    worker = sqlq_orm.Worker(
+        steady_queue, registry, burst=True, install_signal_handlers=False,
+        sweep_interval=None, poll_interval=0.05, lease_seconds=30,
+        heartbeat_interval=29,  # none during the run (a 3 s lease: the first after 1 s)
+    )  # fmt: skip
+    long_export.enqueue()
+    worker.run()
+
+    assert seen == {"held for": task_lease + ROUNDING_SECONDS}
+
+
+def test_a_claim_gives_each_job_type_its_own_lease_length(steady_queue, engine, clock):
+    long_job = steady_queue.enqueue("long", {})
+    plain_job = steady_queue.enqueue("plain", {})
+
+    leases = steady_queue.claim(
+        "worker-1", limit=2, lease_seconds=30, start=True, lease_seconds_by_type={"long": 600}
+    )
+
+    expiries = {lease.job_id: lease.lease_expires_at for lease in leases}
+    assert expiries == {
+        long_job.id: clock.now() + 600 + ROUNDING_SECONDS,
+        plain_job.id: clock.now() + 30 + ROUNDING_SECONDS,
+    }
+    assert {job_id: lease_expires_at(engine, job_id) for job_id in expiries} == expiries
+
+
+def test_a_bad_lease_length_by_type_is_refused_and_nothing_is_claimed(steady_queue, engine):
+    job = steady_queue.enqueue("long", {})
+
+    refused = r"lease_seconds_by_type\['long'\]: lease_seconds must be >= 2, got 1"
+    with pytest.raises(InvalidInput, match=refused):
+        steady_queue.claim("worker-1", lease_seconds_by_type={"long": 1})
+
+    assert job_row(engine, job.id).status == "QUEUED"
 
 
 def test_the_worker_heartbeats_within_a_third_of_the_shortest_task_lease(steady_queue):

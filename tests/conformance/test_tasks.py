@@ -361,7 +361,129 @@ def test_wait_is_woken_by_the_finish_not_by_its_next_read(tasks, monkeypatch):
         job = tasks.enqueue(square, 12)
         threading.Timer(0.2, release.set).start()  # finishes once the wait has read it
         assert tasks.wait(square, job.id, timeout=10) == 144
-    assert woken == [True]
+    # Every pause ended woken (SQLite's finish listener also wakes on other commits).
+    assert woken and all(woken)
+
+
+@pytest.fixture(params=FLAVOURS)
+def listening_tasks(request: pytest.FixtureRequest, engine: Any, db_url: str) -> Iterator[Tasks]:
+    """:func:`tasks`, async on PostgreSQL through psycopg (asyncpg engines' waits poll)."""
+    if engine.dialect.name == "mysql":
+        pytest.skip("MariaDB has no notifications: its waits poll")
+    flavour = request.param
+    if flavour == "async" and engine.dialect.name == "postgresql":
+        flavour = "async-psycopg"
+    loop = LoopThread()
+    made = Tasks(engine, flavour, db_url, loop)
+    yield made
+    if made.async_engine is not None:
+        loop.run(made.async_engine.dispose())
+    loop.close()
+
+
+def test_wait_hears_a_finish_committed_by_another_process(listening_tasks, monkeypatch):
+    tasks = listening_tasks
+    # Reads a minute apart: only the database's own news can end the wait in time.
+    for pause in ("_FIRST_PAUSE", "_LONGEST_PAUSE", "_LONGEST_PAUSE_LISTENING"):
+        monkeypatch.setattr(sqlq_orm.queue.results, pause, 60.0)
+    waiting = tasks.queue if tasks.flavour == "sync" else tasks.registry.async_queue.sync_queue
+    pause, woken = waiting._pause, []
+
+    def pause_and_record(seconds: float, wake: threading.Event) -> None:
+        pause(seconds, wake)
+        woken.append(wake.is_set())
+
+    monkeypatch.setattr(waiting, "_pause", pause_and_record)
+    elsewhere = sqlq_orm.Queue(tasks.queue.engine)
+    # As a worker in another process: its finishes wake nobody in this one.
+    monkeypatch.setattr(elsewhere, "_finished", lambda job_ids: None)
+    release = threading.Event()
+
+    @tasks.registry.task()
+    def square(n: int) -> int:
+        release.wait(10)
+        return n * n
+
+    worker = sqlq_orm.Worker(
+        elsewhere, tasks.registry, install_signal_handlers=False, poll_interval=0.05,
+        sweep_interval=None,
+    )  # fmt: skip
+    with running(worker):
+        job = tasks.enqueue(square, 12)
+        threading.Timer(0.2, release.set).start()  # finishes once the wait has read it
+        assert tasks.wait(square, job.id, timeout=10) == 144
+    assert woken and all(woken)
+
+
+def test_the_finish_listener_leaves_once_nobody_waits(listening_tasks, monkeypatch):
+    from sqlq_orm.queue import finish_listener
+
+    tasks = listening_tasks
+    monkeypatch.setattr(finish_listener, "LINGER_SECONDS", 0.0)
+    monkeypatch.setattr(finish_listener, "_SLICE", 0.01)
+
+    @tasks.registry.task()
+    def later() -> int:
+        return 1
+
+    used: list[Any] = []
+
+    def finish_listener_used(context: Any) -> Any:
+        listener = finish_listener.finish_listener(context)
+        used.append(listener)
+        return listener
+
+    monkeypatch.setattr(sqlq_orm.queue.results, "finish_listener", finish_listener_used)
+    job = tasks.enqueue(later.options(delay=3600))
+    with pytest.raises(sqlq_orm.WaitTimeout):
+        tasks.wait(later, job.id, timeout=0.05)
+    (listener,) = used
+    assert listener is not None
+
+    listener._thread.join(timeout=10)
+    assert not listener._thread.is_alive() and not listener.listening
+    assert tasks.queue.context.wakeups not in finish_listener._LISTENERS
+
+
+def test_a_finish_is_announced_only_while_a_process_listens_for_finishes(engine, monkeypatch):
+    from sqlalchemy import event
+
+    from sqlq_orm.queue import finish_listener
+
+    if engine.dialect.name != "postgresql":
+        pytest.skip("NOTIFY is PostgreSQL's")
+    queue = sqlq_orm.Queue(engine)
+    wakeups = queue.context.wakeups
+    monkeypatch.setattr(finish_listener, "LINGER_SECONDS", 0.0)
+    monkeypatch.setattr(finish_listener, "_SLICE", 0.01)
+    for lingering in list(finish_listener._LISTENERS.values()):  # earlier tests'
+        lingering._thread.join(timeout=10)
+    sent: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, params: Any, *rest: Any) -> None:
+        if "pg_notify" in statement and "sqlq_done" in str(params):
+            sent.append(str(params))
+
+    event.listen(engine, "before_cursor_execute", record)
+
+    def finish_one() -> int:
+        job = queue.enqueue("t", {})
+        (lease,) = queue.claim("w1", start=True)
+        queue.succeed(lease)
+        return job.id
+
+    wakeups.finish_listeners_seen = (float("-inf"), False)  # nothing learnt yet
+    first = finish_one()
+    assert sent == []  # nobody listens: no NOTIFY
+
+    woken = threading.Event()
+    unsubscribe = wakeups.wait_for_finish(first + 1, woken)  # the next job's
+    listener = finish_listener.finish_listener(queue.context)
+    assert listener is not None and listener.ready.wait(10) and listener.listening
+    wakeups.finish_listeners_seen = (float("-inf"), False)  # as in another process
+    assert finish_one() == first + 1
+    assert woken.wait(10) and len(sent) == 1 and f"{first + 1}" in sent[0]
+    unsubscribe()
 
 
 @pytest.mark.parametrize(
