@@ -1,8 +1,9 @@
 """Bench 1: one job's whole life, one at a time, in one process.
 
 Per job: ``enqueue`` -> ``claim`` -> ``start`` -> ``succeed`` through :class:`sqlq_orm.Queue`
-(four transactions, eleven statements on SQLite), and the worker's shorter path
-``enqueue`` -> ``claim(start=True)`` -> ``succeed`` (three transactions).
+(four transactions, fourteen statements on SQLite, four of them ``BEGIN IMMEDIATE``),
+and the worker's shorter path ``enqueue`` -> ``claim(start=True)`` -> ``succeed``
+(three transactions).
 
 On a SQLite file each is timed against :class:`bench.raw_sqlite_baseline.RawSqliteQueue`
 running the same statements in the same transactions with the standard ``sqlite3``;

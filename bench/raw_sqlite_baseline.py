@@ -211,11 +211,13 @@ class RawSqliteQueue:
         self._plain("BEGIN IMMEDIATE")
         try:
             statement = self.claim_and_start_sql if start else self.claim_sql
-            rows = self._run(statement, values).fetchall()
+            cursor = self._run(statement, values)
+            rows = cursor.fetchall()
             leases: list[RawLease] = []
             if rows:
-                # The same check the service makes: every changed row was returned.
-                changed = self._plain("SELECT changes()").fetchone()[0]
+                # The same check the service makes: every changed row was returned
+                # (the cursor counts the changes once its rows are read).
+                changed = cursor.rowcount
                 assert changed == len(rows), (changed, len(rows))
             if len(rows) < limit:
                 # Short of the limit, the service looks for rate-limited queues (there

@@ -14,6 +14,14 @@ A statement is sent this way only where that changes nothing it does: no
 schema translation on the connection, no literal-execute parameters, and no result
 column whose type would process what the driver returns.
 Anything else goes through ``connection.execute`` as always.
+
+Writes whose result nobody reads (the history's inserts) and SQLite's ``BEGIN`` go
+one step further, :func:`run_on_cursor`: straight onto a DBAPI cursor of the
+connection, with the engine's ``before_cursor_execute`` / ``after_cursor_execute``
+listeners called around it and a driver error handed to SQLAlchemy's own error
+handling (wrapped as :class:`~sqlalchemy.exc.DBAPIError`, ``handle_error`` events,
+disconnect detection), as ``exec_driver_sql`` does; what it skips is the execution
+context and the result object set up for rows nobody reads.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection, CursorResult, Dialect
 from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.util import is_exit_exception
 
 SCHEMA_TRANSLATE = "schema_translate_map"
 
@@ -34,7 +43,7 @@ class DriverStatement:
     number of values in each; they are rendered by SQLAlchemy on first use of each
     shape and kept (claims and finishes come in a few batch sizes)."""
 
-    __slots__ = ("_compiled", "_expanding", "_shapes", "sql")
+    __slots__ = ("_compiled", "_expanding", "_positional", "_shapes", "sql")
 
     def __init__(self, compiled: SQLCompiler) -> None:
         self._compiled = compiled
@@ -43,8 +52,9 @@ class DriverStatement:
             name for bind, name in compiled.bind_names.items() if bind.expanding
         )
         self._shapes: dict[tuple[tuple[int, int], ...], _Shape] = {}
+        self._positional: tuple[tuple[str, str, Any, Any], ...] | None = None
         if not self._expanding:
-            self._shapes[()] = _Shape(
+            shape = _Shape(
                 compiled.string,
                 tuple(compiled.positiontup)
                 if compiled.positional and compiled.positiontup
@@ -52,6 +62,31 @@ class DriverStatement:
                 {},
                 _single_processors(compiled._bind_processors) or {},
             )
+            self._shapes[()] = shape
+            self._positional = _positional_plan(compiled, shape)
+
+    def _fast_values(self, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
+        """The driver's parameters of a positional statement without ``IN`` lists,
+        built as ``construct_params`` builds them (the caller's value by key or name,
+        else the bind's own value, its callable called now: a pinned clock); None
+        where a required value is missing (the slow path raises SQLAlchemy's error)."""
+        plan = self._positional
+        if plan is None:
+            return None
+        values = []
+        for key, name, bind, process in plan:
+            if key in params:
+                value = params[key]
+            elif name in params:
+                value = params[name]
+            elif bind.required:
+                return None
+            elif bind.callable:
+                value = bind.effective_value
+            else:
+                value = bind.value
+            values.append(value if process is None else process(value))
+        return tuple(values)
 
     @property
     def expanding(self) -> bool:
@@ -62,6 +97,9 @@ class DriverStatement:
         """The SQL and the driver's parameters for one execution (defaults and clock
         values of ``callable_`` binds filled in, bind processors applied); None for
         values this path does not take (a ragged ``IN`` of tuples)."""
+        fast = self._fast_values(params)
+        if fast is not None:
+            return self.sql, fast
         values = self._compiled.construct_params(params, _check=True)
         try:
             signature = tuple(_shape_of(values[name]) for name in self._expanding)
@@ -91,6 +129,26 @@ class DriverStatement:
         if shape.positions is None:
             return shape.sql, values
         return shape.sql, tuple(values[name] for name in shape.positions)
+
+
+def _positional_plan(
+    compiled: SQLCompiler, shape: _Shape
+) -> tuple[tuple[str, str, Any, Any], ...] | None:
+    """Per ``?`` of a statement: the bind's key, its name, the bind and its
+    processor; None where parameters need more than that (named parameters,
+    escaped names, parameters the compiler collects itself)."""
+    if (
+        shape.positions is None
+        or compiled.escaped_bind_names
+        or getattr(compiled, "_collect_params", False)
+    ):
+        return None
+    binds = {name: bind for bind, name in compiled.bind_names.items()}
+    if any(name not in binds for name in shape.positions):
+        return None
+    return tuple(
+        (binds[name].key, name, binds[name], shape.processors.get(name)) for name in shape.positions
+    )
 
 
 def _single_processors(processors: Mapping[str, Any]) -> dict[str, Callable[[Any], Any]] | None:
@@ -132,6 +190,63 @@ class _Shape:
         self.processors = processors
 
 
+def run_on_cursor(
+    connection: Connection, sql: str, parameters: Any = (), *, many: bool = False
+) -> int | None:
+    """Run ``sql`` on a DBAPI cursor of ``connection``; return its rowcount, or None
+    where this path would skip something the connection does (echo logging), and the
+    caller runs it the usual way instead.
+
+    The engine's cursor listeners and the dialect's ``do_execute`` family see the
+    statement as from ``exec_driver_sql``, with ``context`` None (there is no
+    execution context); a listener's changed statement and parameters are what runs
+    (``retval=True``). A driver error goes through the connection's own handling and
+    comes out as SQLAlchemy's :class:`~sqlalchemy.exc.DBAPIError`, as from
+    ``exec_driver_sql``."""
+    if connection._echo:
+        return None
+    dialect = connection.dialect
+    cursor = connection.connection.cursor()
+    listened = connection._has_events or connection.engine._has_events
+    try:
+        if listened:
+            for before in connection.dispatch.before_cursor_execute:
+                sql, parameters = before(connection, cursor, sql, parameters, None, many)
+        if not (dialect._has_events and _run_by_listener(dialect, cursor, sql, parameters, many)):
+            if many:
+                cursor.executemany(sql, parameters)
+            elif parameters:
+                cursor.execute(sql, parameters)
+            else:
+                cursor.execute(sql)
+        if listened:
+            connection.dispatch.after_cursor_execute(
+                connection, cursor, sql, parameters, None, many
+            )
+        count = int(cursor.rowcount)
+    except BaseException as exc:
+        # Driver errors and exits (KeyboardInterrupt, cancellation) get SQLAlchemy's
+        # own handling (private, stable through 2.x): wrapped as DBAPIError,
+        # handle_error events, a lost connection invalidated. Anything else (a
+        # listener's own exception) goes to the caller as it is, as from execute().
+        if isinstance(exc, dialect.loaded_dbapi.Error) or is_exit_exception(exc):
+            connection._handle_dbapi_exception(exc, sql, parameters, cursor, None)
+        raise
+    finally:
+        cursor.close()
+    return count
+
+
+def _run_by_listener(dialect: Dialect, cursor: Any, sql: str, parameters: Any, many: bool) -> bool:
+    """Offer the statement to the dialect's ``do_execute`` family of listeners, as
+    SQLAlchemy does; True when one of them ran it."""
+    if many:
+        return any(run(cursor, sql, parameters, None) for run in dialect.dispatch.do_executemany)
+    if not parameters:
+        return any(run(cursor, sql, None) for run in dialect.dispatch.do_execute_no_params)
+    return any(run(cursor, sql, parameters, None) for run in dialect.dispatch.do_execute)
+
+
 def prepare(statement: Any, dialect: Dialect) -> DriverStatement | None:
     """Compile ``statement`` for ``dialect``, or None where it must run as Core."""
     compiled = statement.compile(dialect=dialect)
@@ -153,6 +268,38 @@ class DriverStatements:
         # is never reused while it is in here. Only prebuilt statements come here.
         self._prepared: dict[int, tuple[Any, DriverStatement | None]] = {}
 
+    def _driver(self, connection: Connection, statement: Any) -> DriverStatement | None:
+        entry = self._prepared.get(id(statement))
+        if entry is None:
+            entry = (statement, prepare(statement, connection.dialect))
+            self._prepared[id(statement)] = entry
+        return entry[1]
+
+    def write(
+        self,
+        connection: Connection,
+        statement: Any,
+        params: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+    ) -> int:
+        """Run prebuilt ``statement``, which returns no rows, for its effect alone;
+        return the rows it changed. On a cursor (:func:`run_on_cursor`) where that is
+        equivalent, else as :meth:`execute` would."""
+        driver = self._driver(connection, statement)
+        if driver is not None and not connection.get_execution_options().get(SCHEMA_TRANSLATE):
+            counted: int | None = None
+            if isinstance(params, Mapping):
+                rendered = driver.render(params)
+                if rendered is not None:
+                    counted = run_on_cursor(connection, rendered[0], rendered[1])
+            elif params and not driver.expanding:
+                rows = [driver.render(row) for row in params]
+                if all(row is not None for row in rows):
+                    many = [row[1] for row in rows if row is not None]
+                    counted = run_on_cursor(connection, driver.sql, many, many=True)
+            if counted is not None:
+                return counted
+        return int(self.execute(connection, statement, params).rowcount)
+
     def execute(
         self,
         connection: Connection,
@@ -162,11 +309,7 @@ class DriverStatements:
     ) -> CursorResult[Any]:
         """Run prebuilt ``statement`` as driver SQL where that is equivalent (see the
         module), else through ``connection.execute``."""
-        entry = self._prepared.get(id(statement))
-        if entry is None:
-            entry = (statement, prepare(statement, connection.dialect))
-            self._prepared[id(statement)] = entry
-        driver = entry[1]
+        driver = self._driver(connection, statement)
         if driver is None or connection.get_execution_options().get(SCHEMA_TRANSLATE):
             return connection.execute(statement, params, execution_options=execution_options)
         if isinstance(params, Mapping):

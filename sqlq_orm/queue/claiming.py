@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy.engine import Connection
@@ -15,6 +15,7 @@ from sqlq_orm.core.lease import Lease
 from sqlq_orm.db.statements.concurrency import over_limit
 from sqlq_orm.db.statements.rate_limits import pick_within_rate
 from sqlq_orm.errors import (
+    InvalidInput,
     SqlqError,
 )
 from sqlq_orm.queue.core import QueueCore, log, retry_if_rolled_back
@@ -42,6 +43,7 @@ class Claiming(QueueCore):
         limit: int = 1,
         lease_seconds: int | None = None,
         start: bool = False,
+        lease_seconds_by_type: Mapping[str, int] | None = None,
     ) -> list[Lease]:
         """Lease up to ``limit`` ready jobs to ``worker_id``: highest priority, then oldest.
 
@@ -51,6 +53,10 @@ class Claiming(QueueCore):
         the leases sorted by job id, or an empty list when nothing is ready. Never claims
         more than ``limit``, and never hands one job to two claimers. Never takes a
         job whose ``concurrency_key`` already has ``concurrency_limit`` jobs held.
+
+        ``lease_seconds_by_type`` gives job types a lease length of their own (a task's
+        ``lease=``): their jobs are claimed with it, in the claim's transaction, so a
+        long task is not swept before its first heartbeat, nor a short one held long.
         """
         validation.require_name("worker_id", worker_id, WORKER_ID_MAX)
         queue_names = validation.claim_queues(queues, QUEUE_MAX)
@@ -58,9 +64,10 @@ class Claiming(QueueCore):
         seconds = validation.lease_seconds(
             self.default_lease_seconds if lease_seconds is None else lease_seconds
         )
+        by_type = self._lease_lengths(lease_seconds_by_type, seconds)
         for _ in range(_CONCURRENCY_ROUNDS):
             try:
-                return self._claim_once(worker_id, queue_names, limit, seconds, start)
+                return self._claim_once(worker_id, queue_names, limit, seconds, start, by_type)
             except _KeyOverLimit as exc:
                 # Rolled back: a concurrent claim took the last places of these keys.
                 log.debug("claim rolled back, concurrency keys over limit: %s", exc)
@@ -74,7 +81,13 @@ class Claiming(QueueCore):
         return []
 
     def _claim_once(
-        self, worker_id: str, queue_names: list[str], limit: int, seconds: int, start: bool
+        self,
+        worker_id: str,
+        queue_names: list[str],
+        limit: int,
+        seconds: int,
+        start: bool,
+        by_type: Mapping[str, int] | None = None,
     ) -> list[Lease]:
         tokens = [secrets.token_urlsafe(24) for _ in range(limit)]
         statement, params = self.sql.claim_for(queue_names, start=start)
@@ -100,12 +113,48 @@ class Claiming(QueueCore):
                 # statement each for the whole batch.
                 history = {"p_ids": [lease.job_id for lease in leases], "p_lease_seconds": seconds}
                 if start:
-                    self.sql.execute(connection, self.sql.open_attempts_of_batch, history)
-                    self.sql.execute(connection, self.sql.claim_and_start_events_of_batch, history)
+                    self.sql.write(connection, self.sql.open_attempts_of_batch, history)
+                    self.sql.write(connection, self.sql.claim_and_start_events_of_batch, history)
                 else:
-                    self.sql.execute(connection, self.sql.claim_events_of_batch, history)
+                    self.sql.write(connection, self.sql.claim_events_of_batch, history)
+            if by_type:
+                self._set_own_leases(connection, leases, by_type)
         leases.sort(key=lambda lease: lease.job_id)
         return leases
+
+    @staticmethod
+    def _lease_lengths(by_type: Mapping[str, int] | None, seconds: int) -> dict[str, int]:
+        """``by_type`` checked, without the types whose length is the claim's own."""
+        lengths = {}
+        for job_type, length in (by_type or {}).items():
+            try:
+                checked = validation.lease_seconds(length)
+            except InvalidInput as exc:
+                raise InvalidInput(f"lease_seconds_by_type[{job_type!r}]: {exc}") from None
+            if checked != seconds:
+                lengths[job_type] = checked
+        return lengths
+
+    def _set_own_leases(
+        self, connection: Connection, leases: list[Lease], by_type: Mapping[str, int]
+    ) -> None:
+        """Give the just-claimed jobs of ``by_type``'s types their own lease length:
+        one guarded update per length (the claim's events keep the claim's expiry)."""
+        by_length: dict[int, list[Lease]] = {}
+        for lease in leases:
+            length = by_type.get(lease.type)
+            if length is not None:
+                by_length.setdefault(length, []).append(lease)
+        for length, held in by_length.items():
+            params = {
+                "p_ids": [lease.job_id for lease in held],
+                "p_pairs": [(lease.job_id, lease.token) for lease in held],
+                "p_lease_seconds": length,
+            }
+            rows, _ = self.sql.run_returning(connection, self.sql.set_leases, params)
+            expiries = {row.id: row.lease_expires_at for row in rows}
+            for lease in held:
+                lease.lease_expires_at = expiries.get(lease.job_id, lease.lease_expires_at)
 
     def _claim_rows(
         self, connection: Connection, statement: Any, params: dict[str, Any], limit: int

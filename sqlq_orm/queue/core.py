@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
@@ -50,6 +51,9 @@ DEFAULT_HEARTBEAT_EVENT_INTERVAL = 300.0
 SYSTEM_ACTOR = "system"
 
 _ARRAYS_FROM = 4  # events written as arrays from this many on, where the backend can
+_IDS_PER_NOTIFY = 300  # job ids per finish NOTIFY payload
+FINISH_LISTENERS_TTL = 1.0
+"""Seconds a process trusts what it last learnt about finish listeners elsewhere."""
 _EVENT_FIELDS = ("job_id", "event", "actor", "detail")
 
 
@@ -220,6 +224,44 @@ class QueueCore:
                 self.sql.notify_jobs, {"p_channel": self.sql.wake_channel, "p_queue": name}
             )
 
+    def _announce_finished(self, connection: Connection, job_ids: Iterable[int]) -> None:
+        """Tell other processes' ``wait`` callers, when this transaction commits, that
+        ``job_ids`` ended (PostgreSQL ``NOTIFY``, the ids as its payload; a rollback
+        tells nobody). Elsewhere they hear it otherwise (SQLite) or poll (MariaDB)."""
+        if self.sql.notify_jobs is None or not self._finish_listeners(connection):
+            return
+        ids = [str(job_id) for job_id in job_ids]
+        # A payload must stay under 8000 bytes: 300 ids of up to 19 digits do.
+        for start in range(0, len(ids), _IDS_PER_NOTIFY):
+            connection.execute(
+                self.sql.notify_jobs,
+                {
+                    "p_channel": self.sql.finish_channel,
+                    "p_queue": ",".join(ids[start : start + _IDS_PER_NOTIFY]),
+                },
+            )
+
+    def _finish_listeners(self, connection: Connection) -> bool:
+        """Whether any process listens for finishes (a NOTIFY per finishing transaction
+        cost the PostgreSQL drain about 10%: sent only while someone would hear it).
+        Looked up at most every :data:`FINISH_LISTENERS_TTL` seconds per process; a
+        listener that started since is trusted only after that long (``Queue.wait``
+        reads its job often until then)."""
+        wakeups = self.context.wakeups
+        looked_at, present = wakeups.finish_listeners_seen
+        now = time.monotonic()
+        if now - looked_at < FINISH_LISTENERS_TTL:
+            return present
+        if self.sql.finish_waiters is None:
+            present = True
+        else:
+            k1, k2 = self.sql.finish_listener_mark
+            present = bool(
+                connection.execute(self.sql.finish_waiters, {"p_k1": k1, "p_k2": k2}).scalar()
+            )
+        wakeups.finish_listeners_seen = (now, present)
+        return present
+
     def _finished(self, job_ids: Iterable[int]) -> None:
         """Wake this process's ``wait`` callers on ``job_ids``: their runs just ended
         (the transaction has committed)."""
@@ -240,7 +282,7 @@ class QueueCore:
             arrays = {f"a_{name}": [row[f"p_{name}"] for row in rows] for name in _EVENT_FIELDS}
             connection.execute(self.sql.insert_events_from_arrays, arrays)
         elif rows:
-            self.sql.execute(connection, self.sql.insert_event, rows)
+            self.sql.write(connection, self.sql.insert_event, rows)
 
     @staticmethod
     def _event(

@@ -60,7 +60,7 @@ class FailureRecording(Dependencies):
         code: str | None,
         detail: str | None,
     ) -> None:
-        self.sql.execute(
+        self.sql.write(
             connection,
             self.sql.close_attempt_upsert,
             {

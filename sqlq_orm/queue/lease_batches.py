@@ -171,6 +171,14 @@ class BatchedLeaseCalls(FailureRecording):
         with self._write() as connection:
             outcomes = self._end_attempts_with_failure(connection, runs, writes)
             self._flush(connection, writes)
+            self._announce_finished(
+                connection,
+                [
+                    run.job_id
+                    for run, outcome in zip(runs, outcomes, strict=True)
+                    if outcome is JobStatus.FAILED
+                ],
+            )
         self._finished(run.job_id for run in runs)
         return {run.job_id: outcome for run, outcome in zip(runs, outcomes, strict=True)}
 

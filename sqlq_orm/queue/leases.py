@@ -36,7 +36,7 @@ class LeaseCalls(FailureRecording):
             row = rows[0]
             lease.attempt = row.attempt_count
             lease.deadline_at = row.deadline_at
-            self.sql.execute(
+            self.sql.write(
                 connection,
                 self.sql.open_attempt,
                 {"p_job_id": lease.job_id, "p_attempt": lease.attempt, "p_worker": lease.worker_id},
@@ -86,6 +86,7 @@ class LeaseCalls(FailureRecording):
                     )
                 ],
             )
+            self._announce_finished(connection, [lease.job_id])
             woken: set[str] = set()
             if any(tuple(rows[0])[1:]):  # has_dependents, where the models have dependencies
                 woken = self._parents_ended(connection, [lease.job_id])
@@ -131,10 +132,9 @@ class LeaseCalls(FailureRecording):
                 if done:
                     # Attempt closes and events in SQL from the rows just finished.
                     history = {"p_ids": sorted(done)}
-                    self.sql.execute(
-                        connection, self.sql.close_succeeded_attempts_of_batch, history
-                    )
-                    self.sql.execute(connection, self.sql.succeeded_events_of_batch, history)
+                    self.sql.write(connection, self.sql.close_succeeded_attempts_of_batch, history)
+                    self.sql.write(connection, self.sql.succeeded_events_of_batch, history)
+            self._announce_finished(connection, sorted(done))
             # The statement said which jobs have children: a batch without any is done.
             parents = [row[0] for row in rows if self.sql.has_dependencies and row[3]]
             if parents:
@@ -185,6 +185,8 @@ class LeaseCalls(FailureRecording):
             )
             if status is None:
                 raise LeaseLost(lease.job_id)
+            if status is JobStatus.FAILED:  # a retry is no news to a wait
+                self._announce_finished(connection, [lease.job_id])
         self._finished([lease.job_id])
         return status
 

@@ -3,24 +3,51 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
 from sqlq_orm.core import error_codes, validation
 from sqlq_orm.queue.core import SYSTEM_ACTOR, DeferredWrites, retry_if_rolled_back
-from sqlq_orm.queue.failures import FailedRun, FailureRecording
+from sqlq_orm.queue.failures import FailedRun, FailureRecording, retry_delay
 from sqlq_orm.queue.types import SweepResult
 from sqlq_orm.schema.states import Event, JobStatus
 
 log = logging.getLogger("sqlq_orm")
 
 
+RetryDelays = Callable[[str, int], float | None]
+"""``(job_type, retry_number) -> seconds or None``: a job type's own wait before a retry."""
+
+
+def _own_retry_delay(retry_delays: RetryDelays | None, row: Any) -> int | None:
+    """Whole seconds before the retry of a swept job, by ``retry_delays``; None (the
+    queue's policy) without one, with no retry left, or when it fails or gives a bad
+    value (logged: a bad backoff must not stop the sweep)."""
+    if retry_delays is None or row.retry_count >= row.max_retries:
+        return None
+    try:
+        return retry_delay(retry_delays(row.type, row.retry_count + 1))
+    except Exception:  # noqa: BLE001 - see above
+        log.exception(
+            "sweep: the retry delay of job %s (%s) failed; using the queue's retry policy",
+            row.id, row.type,
+        )  # fmt: skip
+        return None
+
+
 class Sweeping(FailureRecording):
     """Recovering jobs whose worker is gone, stuck or over time."""
 
     def sweep(
-        self, *, batch_size: int = 100, max_batches: int | None = None, actor: str = SYSTEM_ACTOR
+        self,
+        *,
+        batch_size: int = 100,
+        max_batches: int | None = None,
+        actor: str = SYSTEM_ACTOR,
+        retry_delays: RetryDelays | None = None,
     ) -> SweepResult:
         """Take back jobs whose lease expired and end RUNNING jobs past max runtime.
 
@@ -31,6 +58,11 @@ class Sweeping(FailureRecording):
         out (TIMED_OUT, then the same with ``TIMEOUT:MAX_RUNTIME``). Each row is
         updated only if it still has the status and token the sweeper saw, so a sweep
         racing a finish or a fresh claim never overwrites it.
+
+        ``retry_delays(job_type, retry_number)`` gives the seconds before a requeued
+        job's retry (1 for its first retry), or None for the queue's retry policy: a
+        worker passes its registry's, so a task's ``backoff=`` applies to runs the
+        sweeper took back as to runs that failed on the worker.
         """
         batch_size = validation.require_int(
             "batch_size", batch_size, minimum=1, maximum=validation.INT32_MAX
@@ -46,7 +78,7 @@ class Sweeping(FailureRecording):
             size = 1 if one_by_one else batch_size
             tried: list[int] = []
             try:
-                result = self._sweep_batch(size, actor, skipped, tried)
+                result = self._sweep_batch(size, actor, skipped, tried, retry_delays)
             except SQLAlchemyError as exc:
                 if not tried:
                     raise  # nothing was picked: the database, not a job, failed
@@ -71,7 +103,12 @@ class Sweeping(FailureRecording):
 
     @retry_if_rolled_back
     def _sweep_batch(
-        self, batch_size: int, actor: str, skipped: set[int], tried: list[int]
+        self,
+        batch_size: int,
+        actor: str,
+        skipped: set[int],
+        tried: list[int],
+        retry_delays: RetryDelays | None = None,
     ) -> SweepResult:
         """One batch; the ids it picked go into ``tried`` (for the caller, should it
         fail), and jobs in ``skipped`` are passed over."""
@@ -143,6 +180,7 @@ class Sweeping(FailureRecording):
                         detail=detail,
                         actor=actor,
                         note=note,
+                        retry_delay=_own_retry_delay(retry_delays, row),
                     )
                 )
                 reasons.append(reason)
@@ -161,6 +199,14 @@ class Sweeping(FailureRecording):
                 else:
                     failed += 1
             self._flush(connection, deferred)
+            self._announce_finished(
+                connection,
+                [
+                    run.job_id
+                    for run, outcome in zip(runs, outcomes, strict=True)
+                    if outcome is JobStatus.FAILED
+                ],
+            )
         if expired or timed_out:
             log.info(
                 "sweep: %d expired lease(s), %d timed out; %d requeued, %d failed",

@@ -87,6 +87,12 @@ class HandlerRegistry:
         """``job_type``'s own lease length, or None (the worker's)."""
         return self._leases.get(job_type)
 
+    def retry_delay_of(self, job_type: str, retry_number: int) -> float | None:
+        """Seconds before retry ``retry_number`` (1 for the first) of a ``job_type`` job
+        the sweeper took back, or None for the queue's retry policy (always, here; a
+        :class:`~sqlq_orm.TaskRegistry` answers with the task's ``backoff=``)."""
+        return None
+
     @property
     def lease_lengths(self) -> dict[str, int]:
         """Every job type with its own lease length."""

@@ -170,6 +170,7 @@ class Worker:
         self.handlers = (
             handlers if isinstance(handlers, HandlerRegistry) else HandlerRegistry(handlers)
         )
+        self._own_leases: dict[str, int] | None = None
         self.queues = [queues] if isinstance(queues, str) else list(queues)
         if not self.queues:
             raise InvalidInput("queues must name at least one queue, got none")
@@ -250,6 +251,8 @@ class Worker:
         threads used up the ``max_abandoned`` budget.
         """
         self._register()
+        # Read at start, as the heartbeat interval is: tasks are declared by then.
+        self._own_leases = self.handlers.lease_lengths or None
         log.info(
             "worker %s started: queues=%s concurrency=%d lease=%ds heartbeat=%.1fs handlers=%s",
             self.worker_id, ",".join(self.queues), self.concurrency, self.lease_seconds,
@@ -331,6 +334,8 @@ class Worker:
                     limit=free,
                     lease_seconds=self.lease_seconds,
                     start=True,
+                    # Tasks with lease= are held that long from the claim on.
+                    lease_seconds_by_type=self._own_leases,
                 )
             except SQLAlchemyError as exc:
                 log.warning(
@@ -387,7 +392,8 @@ class Worker:
             return
         if time.monotonic() < self._next_sweep:
             return
-        sweep_once(self.queue, actor=self._sweep_actor)
+        # The registry's retry delays: a task's backoff= for the runs swept back.
+        sweep_once(self.queue, actor=self._sweep_actor, retry_delays=self.handlers.retry_delay_of)
         self._next_sweep = time.monotonic() + self.sweep_schedule.next_delay()
 
     @property
@@ -462,7 +468,9 @@ class Worker:
         self._release_remaining()
         if self.burst and self.sweep_schedule is not None:
             # And once more on the way out, for the jobs it gave up on itself.
-            sweep_once(self.queue, actor=self._sweep_actor)
+            sweep_once(
+                self.queue, actor=self._sweep_actor, retry_delays=self.handlers.retry_delay_of
+            )
         if self._pool is not None:
             self._pool.close()
         if self._loop is not None:

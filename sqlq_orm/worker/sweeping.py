@@ -17,6 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from sqlq_orm.errors import InvalidInput, SqlqError
 from sqlq_orm.queue.queue import Queue
+from sqlq_orm.queue.sweeper import RetryDelays
 from sqlq_orm.queue.types import SweepResult
 from sqlq_orm.worker.outcomes import one_line
 
@@ -46,10 +47,13 @@ class SweepSchedule:
         return self._rng.uniform(self.low, self.high)
 
 
-def sweep_once(queue: Queue, actor: str) -> SweepResult | None:
-    """Sweep once; a failure (database locked or down) is logged and gives None."""
+def sweep_once(
+    queue: Queue, actor: str, retry_delays: RetryDelays | None = None
+) -> SweepResult | None:
+    """Sweep once; a failure (database locked or down) is logged and gives None.
+    ``retry_delays``: job types' own waits before a retry (see ``Queue.sweep``)."""
     try:
-        return queue.sweep(actor=actor)
+        return queue.sweep(actor=actor, retry_delays=retry_delays)
     except (SQLAlchemyError, SqlqError) as exc:
         log.warning("sweep failed (%s); trying again later", one_line(str(exc)))
         return None

@@ -12,8 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import InvalidRequestError, OperationalError
 
 import sqlq_orm
 from sqlq_orm.schema.models import Base
@@ -108,3 +109,66 @@ def test_a_pinned_clock_is_read_on_every_call_not_once(engines):
     second = queue.enqueue("a")
 
     assert queue.get_job(second).created_at - queue.get_job(first).created_at == 7
+
+
+def test_begin_and_the_history_run_on_the_cursor_and_listeners_still_see_them(engines):
+    engine, _ = engines
+    queue = _queue(engine, sqlq_orm.PinnedClock(PINNED_START), driver_sql=True)
+    seen: list[tuple[str, bool]] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):  # noqa: ANN001
+        seen.append((" ".join(statement.split()[:3]), context is None))
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        queue.enqueue("a")
+        (lease,) = queue.claim("w")
+        queue.succeed(queue.start(lease))
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+
+    on_cursor = {statement for statement, no_context in seen if no_context}
+    assert on_cursor == {
+        "BEGIN IMMEDIATE",
+        "INSERT INTO sqlq_job_events",
+        "INSERT INTO sqlq_job_attempts",
+    }
+    # The claim's count of changed rows comes from its cursor: no statement for it.
+    assert [s for s, _ in seen].count("BEGIN IMMEDIATE") == 4
+    assert not any(statement.startswith("SELECT changes()") for statement, _ in seen)
+
+
+def test_a_driver_error_on_the_cursor_is_sqlalchemys_and_rolls_the_call_back(engines):
+    engine, _ = engines
+    queue = _queue(engine, sqlq_orm.PinnedClock(PINNED_START), driver_sql=True)
+
+    def break_the_event_insert(conn, cursor, statement, parameters, context, executemany):  # noqa: ANN001
+        return statement.replace("INSERT INTO sqlq_job_events", "INSERT INTO no_such"), parameters
+
+    event.listen(engine, "before_cursor_execute", break_the_event_insert, retval=True)
+    try:
+        with pytest.raises(OperationalError, match="no such table: no_such"):
+            queue.enqueue("a")
+    finally:
+        event.remove(engine, "before_cursor_execute", break_the_event_insert)
+    assert queue.counts_by_status().get("QUEUED", 0) == 0
+
+
+def test_rows_changed_asks_sqlite_when_the_cursor_has_no_count(engines):
+    engine, _ = engines
+    queue = _queue(engine, sqlq_orm.PinnedClock(PINNED_START), driver_sql=True)
+    queue.enqueue_many([{"type": "a"} for _ in range(3)])
+    with engine.begin() as connection:
+        update = "UPDATE sqlq_jobs SET priority = 1 WHERE id <= 2 RETURNING id"
+        connection.exec_driver_sql(update).all()
+        # A result whose cursor is gone (no rowcount to read): SELECT changes().
+        assert queue.dialect.rows_changed(connection, object()) == 2
+
+
+def test_a_missing_parameter_is_refused_as_core_refuses_it(engines):
+    engine, _ = engines
+    queue = _queue(engine, sqlq_orm.PinnedClock(PINNED_START), driver_sql=True)
+    lease_call = {"p_id": 1}  # no p_token
+
+    with engine.begin() as connection, pytest.raises(InvalidRequestError, match="p_token"):
+        queue.sql.execute(connection, queue.sql.start, lease_call)

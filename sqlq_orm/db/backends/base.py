@@ -104,6 +104,10 @@ def _limit_in_subquery_as_is(select: Select[Any]) -> Select[Any]:
     return select
 
 
+def _planner_picks(select: Select[Any], table: Table) -> Select[Any]:
+    return select
+
+
 def _no_autoincrement_keyword(connection: Connection, table: str) -> bool:
     return False
 
@@ -193,10 +197,17 @@ class Backend:
     """A statement (params ``p_channel``, ``p_queue``) run in an enqueue's transaction
     that tells other connections, once it commits, that ``p_queue`` got jobs; None
     where the database has no such messages (SQLite)."""
-    open_wake_listener: Callable[[Engine, str], WakeListener | None] | None = None
-    """Open a connection of its own on the engine's database that hears commits of
-    other connections (PostgreSQL: ``LISTEN`` on the channel; SQLite: watching
-    ``PRAGMA data_version``); None if this engine's driver cannot (polling only)."""
+    open_wake_listener: Callable[..., WakeListener | None] | None = None
+    """``(engine, channel, poll_seconds=..., mark=...)``: open a connection of its own
+    on the engine's database that hears commits of other connections (PostgreSQL:
+    ``LISTEN`` on the channel, holding the shared advisory lock ``mark`` if given;
+    SQLite: watching ``PRAGMA data_version`` every ``poll_seconds``); None if this
+    engine's driver cannot (polling only). Workers listen for jobs on the enqueue
+    channel, ``Queue.wait`` for finishes on the finish channel."""
+    waiters_sql: str | None = None
+    """A query (params ``p_k1``, ``p_k2``) telling whether some connection holds the
+    listener ``mark`` lock: finishes are announced (``notify_sql``) only while one
+    does, as a NOTIFY in every finishing transaction costs the drain about 10%."""
     prebuilt_as_driver_sql: bool = False
     """Whether the prebuilt statements of a job's life (enqueue, start, finish) run as
     SQL compiled once and sent with ``exec_driver_sql`` (:mod:`sqlq_orm.db.driver_sql`):
@@ -227,6 +238,12 @@ class Backend:
     locks index records as it reads them: on a small table MySQL may reach the row
     through a status index, lock that entry, then wait for the row, while the
     transaction holding the row waits for the entry to change status: a deadlock."""
+    in_claim_order: Callable[[Select[Any], Table], Select[Any]] = _planner_picks
+    """Make a claim's candidate ``SELECT`` read the job table through its claim index
+    (``ix_<table>_claim``), whatever the planner's statistics say. InnoDB locks every
+    row a locking read matches before it sorts: through any other index, a claim of
+    3 jobs locks every ready job of the queue, and concurrent claimers skip them all
+    and get nothing. MariaDB picks such a plan once rows have come and gone."""
     generated_key_column: Callable[[Any], str | None] = _no_generated_columns
     """The generated column behind an index the database cannot declare as the model
     does (MySQL: a partial unique index), or None. Schema comparison then takes the

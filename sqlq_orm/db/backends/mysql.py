@@ -110,6 +110,13 @@ def _by_primary_key(update: Update) -> Update:
     return update
 
 
+def _in_claim_order(select: Select[Any], jobs: Table) -> Select[Any]:
+    claim_index = next(index.name for index in jobs.indexes if str(index.name).endswith("_claim"))
+    for dialect in DIALECTS:
+        select = select.with_hint(jobs, f"FORCE INDEX ({claim_index})", dialect_name=dialect)
+    return select
+
+
 def _plain_cte(select: Select[Any], name: str) -> FromClause:
     return select.cte(name)  # MariaDB has no MATERIALIZED keyword
 
@@ -481,6 +488,7 @@ def _backend(name: str) -> Backend:
         install_hooks=install_hooks,
         materialize=_plain_cte,
         by_primary_key=_by_primary_key,
+        in_claim_order=_in_claim_order,
         generated_key_column=generated_key_column,
         limited_in_subquery=_derived,
     )

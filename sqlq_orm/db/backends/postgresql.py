@@ -115,7 +115,9 @@ def _migrate_in_schema(connection: Connection, schema: str) -> Iterator[None]:
 class _Listener:
     """A psycopg 3 connection of its own, in autocommit, listening on one channel."""
 
-    def __init__(self, engine: Engine, channel: str, url: URL) -> None:
+    def __init__(
+        self, engine: Engine, channel: str, url: URL, mark: tuple[int, int] | None = None
+    ) -> None:
         import psycopg
         from psycopg import sql
 
@@ -131,6 +133,10 @@ class _Listener:
         if not self._has_timeout:
             self._connection.add_notify_handler(lambda notify: self._queues.add(notify.payload))
         self._connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        if mark is not None:
+            # Held as long as this connection lives (a crash lets go of it too): what
+            # tells finishing transactions that someone listens (``waiters_sql``).
+            self._connection.execute("SELECT pg_advisory_lock_shared(%s, %s)", mark)
 
     def wait(self, timeout: float) -> frozenset[str]:
         if self._has_timeout:
@@ -151,6 +157,14 @@ class _Listener:
         self._connection.close()
 
 
+_WAITERS_SQL = (
+    # The shared advisory lock a finish listener holds (pg_locks: two int4 keys are
+    # classid, objid and objsubid 2), in this database.
+    "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory'"
+    " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    " AND classid = CAST(:p_k1 AS oid) AND objid = CAST(:p_k2 AS oid) AND objsubid = 2)"
+)
+
 _KEY_LOCKS = text(
     # hashtext collisions only make two keys wait for each other; never unsafe.
     "SELECT pg_advisory_xact_lock(hashtext(:p_scope), hashtext(k))"
@@ -164,12 +178,18 @@ def _lock_concurrency_keys(connection: Connection, scope: str, keys: Sequence[st
     return True
 
 
-def _open_wake_listener(engine: Engine, channel: str) -> WakeListener | None:
+def _open_wake_listener(
+    engine: Engine,
+    channel: str,
+    poll_seconds: float | None = None,
+    mark: tuple[int, int] | None = None,
+) -> WakeListener | None:
+    # poll_seconds is SQLite's: notifications arrive as they come.
     pooling = transaction_pooling_of(engine)
     if pooling is None:
         if engine.dialect.driver != "psycopg":
             return None  # LISTEN needs psycopg 3's notifications; other drivers poll
-        return _Listener(engine, channel, engine.url)
+        return _Listener(engine, channel, engine.url, mark)
     if pooling.listen_url is None:
         # A transaction pooler hands the listening server connection to other
         # clients between statements: the notifications would go to them.
@@ -183,7 +203,7 @@ def _open_wake_listener(engine: Engine, channel: str) -> WakeListener | None:
         "through a transaction pooler)",
         pooling.listen_url.render_as_string(hide_password=True),
     )
-    return _Listener(engine, channel, pooling.listen_url)
+    return _Listener(engine, channel, pooling.listen_url, mark)
 
 
 def _table_bytes(connection: Connection, tables: Sequence[Table]) -> dict[str, int]:
@@ -232,5 +252,6 @@ BACKEND = Backend(
     lock_for_migration=_lock_for_migration,
     migrate_in_schema=_migrate_in_schema,
     notify_sql="SELECT pg_notify(:p_channel, :p_queue)",
+    waiters_sql=_WAITERS_SQL,
     open_wake_listener=_open_wake_listener,
 )

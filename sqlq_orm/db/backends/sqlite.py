@@ -8,7 +8,9 @@ hooks turn them on), which is why a table rebuild must turn them off first.
 from __future__ import annotations
 
 import json
+import os
 import re
+import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -27,6 +29,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from sqlq_orm.db.backends import sqlite_rebuilds
 from sqlq_orm.db.backends.base import Backend, MaintenanceStatement, WakeListener
 from sqlq_orm.db.clock import epoch_now
+from sqlq_orm.db.driver_sql import run_on_cursor
 from sqlq_orm.db.write_locks import BUSY_TIMEOUT_OPTION
 from sqlq_orm.errors import InvalidInput
 
@@ -109,7 +112,10 @@ def install_hooks(engine: Engine, busy_timeout_ms: int) -> None:
         mode = connection.get_execution_options().get(BEGIN_OPTION, "DEFERRED")
         if mode not in _BEGIN_MODES:
             raise InvalidInput(f"{BEGIN_OPTION} must be one of {sorted(_BEGIN_MODES)}")
-        connection.exec_driver_sql(f"BEGIN {mode}")
+        # On the cursor, not through exec_driver_sql: every write transaction starts
+        # here, and the listeners see it just the same (driver_sql.run_on_cursor).
+        if run_on_cursor(connection, f"BEGIN {mode}") is None:
+            connection.exec_driver_sql(f"BEGIN {mode}")
 
     @event.listens_for(engine, "before_cursor_execute")
     def _on_execute(
@@ -156,7 +162,15 @@ def _pick(select: Select[Any], name: str) -> FromClause:
 
 
 def _rows_changed(connection: Connection, result: Any) -> int:
-    # pysqlite reports rowcount 0 for a statement with RETURNING; SQLite itself knows.
+    # Once the rows of an ``UPDATE ... RETURNING`` are read, Python's sqlite3 (3.11 on)
+    # has the statement's count of changes in the cursor's rowcount (SQLAlchemy reads
+    # rowcount before the rows, so ``result.rowcount`` says 0). The caller reads the
+    # rows first; only where the cursor has no count does SQLite get asked itself,
+    # saving the claim a statement.
+    cursor = getattr(getattr(result, "context", None), "cursor", None)
+    counted = getattr(cursor, "rowcount", -1)
+    if isinstance(counted, int) and counted > 0:
+        return counted
     return int(connection.exec_driver_sql("SELECT changes()").scalar_one())
 
 
@@ -304,16 +318,26 @@ class _DataVersionWatch:
     alone, so a worker's own idle claims do not wake it.
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, poll_seconds: float = _DATA_VERSION_POLL) -> None:
         cargs, cparams = engine.dialect.create_connect_args(engine.url)
-        self._connection = engine.dialect.connect(*cargs, **cparams)
+        # The standard library's driver whatever the engine's (aiosqlite's would need
+        # an event loop): this connection is read from a thread of its own.
+        self._connection = sqlite3.connect(*cargs, **cparams)  # type: ignore[call-overload]
         self._connection.isolation_level = None  # no transaction: each read is fresh
+        self._poll = poll_seconds
+        self._path = str(cargs[0])
+        self._file = _file_identity(self._path)
         self._version = self._read()
 
     def _read(self) -> int:
         return int(self._connection.execute("PRAGMA data_version").fetchone()[0])
 
     def wait(self, timeout: float) -> frozenset[str] | None:
+        # A file deleted and made again at the same path (a test's or bench's fresh
+        # database) would leave this connection watching the old one, hearing nothing:
+        # fail instead, so the caller opens a new watch (and polls meanwhile).
+        if _file_identity(self._path) != self._file:
+            raise OSError(f"the SQLite database file {self._path} was replaced")
         deadline = time.monotonic() + timeout
         while True:
             version = self._read()
@@ -323,16 +347,31 @@ class _DataVersionWatch:
             left = deadline - time.monotonic()
             if left <= 0:
                 return frozenset()
-            time.sleep(min(left, _DATA_VERSION_POLL))
+            time.sleep(min(left, self._poll))
 
     def close(self) -> None:
         self._connection.close()
 
 
-def _open_wake_listener(engine: Engine, channel: str) -> WakeListener | None:
+def _file_identity(path: str) -> tuple[int, int] | None:
+    """The file's device and inode (None: no such file, or a ``file:`` URI)."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+def _open_wake_listener(
+    engine: Engine,
+    channel: str,
+    poll_seconds: float = _DATA_VERSION_POLL,
+    mark: tuple[int, int] | None = None,
+) -> WakeListener | None:
+    # mark is PostgreSQL's: every commit changes data_version, no one need ask for it.
     if not is_file(engine.url):
         return None  # an in-memory database is private to its connection
-    return _DataVersionWatch(engine)
+    return _DataVersionWatch(engine, poll_seconds)
 
 
 def _table_bytes(connection: Connection, tables: Sequence[Table]) -> dict[str, int]:

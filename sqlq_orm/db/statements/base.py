@@ -76,6 +76,19 @@ class StatementGroup:
             return connection.execute(statement, params, execution_options=execution_options)
         return self._driver.execute(connection, statement, params, execution_options)
 
+    def write(
+        self,
+        connection: Connection,
+        statement: Any,
+        params: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+    ) -> int:
+        """Run one of these prebuilt statements that returns no rows (an insert of
+        history); return the rows it changed. Where the backend sends driver SQL, it
+        goes straight onto a cursor (:func:`~sqlq_orm.db.driver_sql.run_on_cursor`)."""
+        if self._driver is None:
+            return int(connection.execute(statement, params).rowcount)
+        return self._driver.write(connection, statement, params)
+
     def update_by_id(self, table: Any) -> Update:
         """``UPDATE table`` for a statement whose guard names its rows by primary key
         (the backend may make the database read them through it; see

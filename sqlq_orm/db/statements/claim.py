@@ -104,20 +104,26 @@ class ClaimStatements(HistoryStatements, ConcurrencyStatements, ControlStatement
         return self.with_history(claim, lambda source: self.claim_history(source, start=start))
 
     def _ready_jobs(
-        self, queue_filter: ColumnElement[bool], not_paused: ColumnElement[bool]
+        self,
+        queue_filter: ColumnElement[bool],
+        not_paused: ColumnElement[bool],
+        *,
+        by_queue: bool = True,
     ) -> Any:
         """Ready jobs in claim order, at most ``p_limit`` of them, with what the
         concurrency limits need: each one's key, limit and the key's held jobs.
 
         A job whose key is already full is not a candidate, so it never takes the
         place of a job behind it. ``not_paused`` is the guard that the queue(s) of
-        ``queue_filter`` are not paused (:meth:`ControlStatements.not_paused`)."""
+        ``queue_filter`` are not paused (:meth:`ControlStatements.not_paused`).
+        ``by_queue``: ``queue_filter`` names queues (read through the claim index),
+        not ids."""
         j = self.tables.jobs.c
         held = self.held_by_key()
         limit = self.strictest_limit()
         no_key = j.concurrency_key.is_(None)
         # Matches ix_*_claim (queue, status, priority DESC, run_at, id): no sort.
-        return (
+        ready = (
             select(
                 j.id,
                 j.priority,
@@ -136,6 +142,7 @@ class ClaimStatements(HistoryStatements, ConcurrencyStatements, ControlStatement
             .order_by(j.priority.desc(), j.run_at, j.id)
             .limit(bindparam("p_limit", type_=Integer))
         )
+        return self.dialect.in_claim_order(ready, self.tables.jobs) if by_queue else ready
 
     def _within_limits(self, candidates: Any) -> Any:
         """Of the picked candidates, those that fit their keys' limits: the n-th
@@ -207,7 +214,10 @@ class ClaimStatements(HistoryStatements, ConcurrencyStatements, ControlStatement
             # The picks of a rate-limited queue, whose control row this claim holds
             # locked (so no guard here); still only if ready and within concurrency.
             candidates = lock(
-                self._ready_jobs(j.id.in_(bindparam("p_ids", expanding=True)), true()), True
+                self._ready_jobs(
+                    j.id.in_(bindparam("p_ids", expanding=True)), true(), by_queue=False
+                ),
+                True,
             )
         else:
             candidates = lock(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,6 +24,7 @@ from sqlq_orm.schema.states import Event, JobStatus
 
 CHANNEL_MAX = 63
 """PostgreSQL truncates longer channel names (NAMEDATALEN - 1)."""
+WAITERS_LOCK_CLASS = 0x5351_5751  # "SQQW": the first key of the finish listeners' lock
 
 
 class EnqueueStatements(StatementGroup):
@@ -187,6 +189,16 @@ class EnqueueStatements(StatementGroup):
         # One channel per job table, so two apps' queues in one database stay apart.
         self.wake_channel = f"sqlq_jobs:{jobs.fullname}"[:CHANNEL_MAX]
         self.notify_jobs = None if dialect.notify_sql is None else text(dialect.notify_sql)
+        # Finishes get a channel of their own (payload: the job ids), so a process
+        # waiting for results is not woken by every enqueue, nor a worker by finishes.
+        self.finish_channel = f"sqlq_done:{jobs.fullname}"[:CHANNEL_MAX]
+        # The shared advisory lock a finish listener holds while it listens, so that
+        # finishing transactions can tell whether anyone would hear a NOTIFY.
+        self.finish_listener_mark = (
+            WAITERS_LOCK_CLASS,
+            zlib.crc32(self.finish_channel.encode()) & 0x7FFF_FFFF,
+        )
+        self.finish_waiters = None if dialect.waiters_sql is None else text(dialect.waiters_sql)
 
     def insert_unless_duplicate(
         self, connection: Connection, statement: Any, params: Mapping[str, Any]

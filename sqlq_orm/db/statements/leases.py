@@ -75,6 +75,14 @@ class LeasesStatements(HistoryStatements, DependencyStatements):
             self.update_by_id(jobs).where(renewable).values(**renewal),
             [j.id, j.lease_expires_at],
         )
+        # A claim's own leases of job types with a lease length of their own (a task's
+        # lease=), in the claim's transaction: renewed as a heartbeat would, no more.
+        self.set_leases = self.returning_update(
+            self.update_by_id(jobs)
+            .where(renewable)
+            .values(lease_expires_at=self.later(bindparam("p_lease_seconds"))),
+            [j.id, j.lease_expires_at],
+        )
         # Passes over the rows another transaction holds locked (an app transaction
         # that enqueued a child of one of them, say) and renews the rest: one locked
         # row must not hold up every lease of the worker until they all expire. A

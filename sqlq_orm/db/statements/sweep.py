@@ -21,6 +21,7 @@ class SweepStatements(StatementGroup):
         # -- sweep -----------------------------------------------------------------
         sweep_columns = (
             j.id,
+            j.type,
             j.status,
             j.lease_token,
             j.claimed_by,
