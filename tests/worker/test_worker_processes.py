@@ -169,7 +169,8 @@ def test_tasks_that_swallow_cancellation_stop_the_worker_with_status_3_and_a_cle
     """Issue 23, item 12: the exit-3 path with ``async def`` handlers names tasks (not
     threads), and leaves no "Task was destroyed" or GeneratorExit noise behind."""
     first, second = (live_queue.enqueue("stubborn_task", max_retries=0).id for _ in range(2))
-    worker = processes.worker("worker-a", "--concurrency", "1", "--no-sweep")
+    # Heartbeats every 0.2 s: a cancel is noticed at the next one (default: lease / 3).
+    worker = processes.worker("worker-a", "--concurrency", "1", "--no-sweep", "--heartbeat", "0.2")
     wait_until(status_is(live_queue, first, "RUNNING"), "the first task to run")
 
     live_queue.cancel(first)  # swallowed: abandoned within the budget (max_abandoned=1)
