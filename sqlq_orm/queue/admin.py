@@ -59,7 +59,7 @@ class Administration(RetryPlanning):
                 detail["reason"] = error_codes.summarize_detail(reason) or ""
             self._write_events(connection, [self._event(job_id, Event.CANCELLED, actor, detail)])
             woken = self._parents_ended(connection, [job_id], dependents, actor=actor)
-            self._announce_finished(connection, [job_id, *dependents])
+            self._announce_finished(connection, [job_id])  # dependents: by _parents_ended
         self._finished([job_id, *dependents])
         if woken:
             self._wake_workers(None, woken)

@@ -210,6 +210,10 @@ class BulkActions(Administration):
             deleted = 0
             if doomed:
                 deleted = connection.execute(self.sql.discard_jobs, {"p_ids": doomed}).rowcount
+                # A ``wait`` on a discarded job ends (it finds the job gone) at once.
+                self._announce_finished(connection, doomed)
+        if doomed:
+            self._finished(doomed)
         if woken:
             self._wake_workers(None, woken)
         if deleted:

@@ -310,11 +310,16 @@ class Dependencies(QueueCore):
         if not self.sql.has_dependencies:
             return set()
         woken: set[str] = set()
+        cancelled: list[int] = []
         frontier = sorted(set(jobs))
         while frontier:
             frontier = self._settle_children(connection, frontier, woken, discarding, actor)
-            if cancelled_children is not None:
-                cancelled_children.extend(frontier)
+            cancelled.extend(frontier)
+        if cancelled_children is not None:
+            cancelled_children.extend(cancelled)
+        if cancelled:
+            # Whoever ended the parent, the children's ``wait`` callers hear it now.
+            self._announce_finished(connection, cancelled)
         if woken:
             self._announce_jobs(connection, woken)
         return woken

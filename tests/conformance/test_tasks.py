@@ -445,15 +445,15 @@ def test_the_finish_listener_leaves_once_nobody_waits(listening_tasks, monkeypat
     assert tasks.queue.context.wakeups not in finish_listener._LISTENERS
 
 
-def test_a_finish_is_announced_only_while_a_process_listens_for_finishes(engine, monkeypatch):
+def _finish_notifies(engine: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The payloads (job ids, comma-separated) of the ``sqlq_done`` NOTIFYs ``engine``
+    sends from now on (PostgreSQL), with no earlier test's finish listener lingering."""
     from sqlalchemy import event
 
     from sqlq_orm.queue import finish_listener
 
     if engine.dialect.name != "postgresql":
         pytest.skip("NOTIFY is PostgreSQL's")
-    queue = sqlq_orm.Queue(engine)
-    wakeups = queue.context.wakeups
     monkeypatch.setattr(finish_listener, "LINGER_SECONDS", 0.0)
     monkeypatch.setattr(finish_listener, "_SLICE", 0.01)
     for lingering in list(finish_listener._LISTENERS.values()):  # earlier tests'
@@ -461,10 +461,29 @@ def test_a_finish_is_announced_only_while_a_process_listens_for_finishes(engine,
     sent: list[str] = []
 
     def record(conn: Any, cursor: Any, statement: str, params: Any, *rest: Any) -> None:
-        if "pg_notify" in statement and "sqlq_done" in str(params):
-            sent.append(str(params))
+        if "pg_notify" in statement and str(params["p_channel"]).startswith("sqlq_done"):
+            sent.append(params["p_queue"])
 
     event.listen(engine, "before_cursor_execute", record)
+    return sent
+
+
+def _listening(queue: sqlq_orm.Queue, job_id: int) -> tuple[threading.Event, Any]:
+    """Start this process's finish listener with a wait on ``job_id``; the queue then
+    looks for listeners afresh, as a process that has not seen one yet would."""
+    from sqlq_orm.queue import finish_listener
+
+    woken = threading.Event()
+    unsubscribe = queue.context.wakeups.wait_for_finish(job_id, woken)
+    listener = finish_listener.finish_listener(queue.context)
+    assert listener is not None and listener.ready.wait(10) and listener.listening
+    queue.context.wakeups.finish_listeners_seen = (float("-inf"), False)
+    return woken, unsubscribe
+
+
+def test_a_finish_is_announced_only_while_a_process_listens_for_finishes(engine, monkeypatch):
+    sent = _finish_notifies(engine, monkeypatch)
+    queue = sqlq_orm.Queue(engine)
 
     def finish_one() -> int:
         job = queue.enqueue("t", {})
@@ -472,18 +491,39 @@ def test_a_finish_is_announced_only_while_a_process_listens_for_finishes(engine,
         queue.succeed(lease)
         return job.id
 
-    wakeups.finish_listeners_seen = (float("-inf"), False)  # nothing learnt yet
+    queue.context.wakeups.finish_listeners_seen = (float("-inf"), False)  # nothing learnt yet
     first = finish_one()
     assert sent == []  # nobody listens: no NOTIFY
 
-    woken = threading.Event()
-    unsubscribe = wakeups.wait_for_finish(first + 1, woken)  # the next job's
-    listener = finish_listener.finish_listener(queue.context)
-    assert listener is not None and listener.ready.wait(10) and listener.listening
-    wakeups.finish_listeners_seen = (float("-inf"), False)  # as in another process
+    woken, unsubscribe = _listening(queue, first + 1)  # the next job's
     assert finish_one() == first + 1
-    assert woken.wait(10) and len(sent) == 1 and f"{first + 1}" in sent[0]
+    assert woken.wait(10) and sent == [f"{first + 1}"]
     unsubscribe()
+
+
+def test_jobs_ended_by_a_parent_or_discarded_are_announced_too(engine, monkeypatch):
+    """A child cancelled because its parent failed, and a discarded job: their waits
+    are woken by the ending transaction, not by their next safety read."""
+    from sqlq_orm.queue import finish_listener
+
+    sent = _finish_notifies(engine, monkeypatch)
+    queue = sqlq_orm.Queue(engine)
+    parent, child = (job.id for job in queue.enqueue_chain([{"type": "t"}, {"type": "t"}]))
+    doomed = queue.enqueue("t", {}).id
+
+    woken, unsubscribe = _listening(queue, child)
+    (lease,) = queue.claim("w1", start=True)
+    assert lease.job_id == parent
+    queue.fail(lease, "APP:BROKEN", retryable=False)
+    assert woken.wait(10) and sorted(sent) == sorted([str(parent), str(child)])
+    unsubscribe()
+
+    woken, unsubscribe = _listening(queue, doomed)
+    queue.discard(doomed)
+    assert woken.wait(10) and sent[2:] == [str(doomed)]
+    unsubscribe()
+    for listener in list(finish_listener._LISTENERS.values()):  # gone before the reset
+        listener._thread.join(timeout=10)
 
 
 @pytest.mark.parametrize(
