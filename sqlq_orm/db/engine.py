@@ -51,14 +51,23 @@ DEFAULT_ENGINE_OPTIONS: dict[str, dict[str, Any]] = {
 database, unless the caller passes them."""
 
 
+_INHERITED_POOLS: list[Any] = []
+"""In a forked child: the pools it inherited, kept from the garbage collector."""
+
+
 def _install_fork_guard(engine: Engine) -> None:
     # A pooled connection inherited across fork() is shared with the parent and
-    # corrupts both; the child drops its copies without closing the parent's.
+    # corrupts both; the child drops its copies without closing the parent's. It also
+    # keeps them referenced: collected, an asyncio driver's connection (aiomysql's
+    # __del__) closes its transport through the inherited event loop, whose epoll
+    # instance the parent shares, so the parent's loop would stop hearing that socket
+    # and hang on its next read.
     ref = weakref.ref(engine)
 
     def _after_fork_in_child() -> None:
         inherited = ref()
         if inherited is not None:
+            _INHERITED_POOLS.append(inherited.pool)
             inherited.dispose(close=False)
 
     os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -8,6 +8,8 @@ transaction, so these tests prove the rollback, not a mock's idea of it.
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import os
 import re
 import threading
@@ -23,7 +25,9 @@ import sqlq_orm
 from sqlq_orm import JobStatus, Worker
 from sqlq_orm.db.backends import backend_for
 from sqlq_orm.ops.invariants import check
+from tests.support.aio_bridge import async_url
 from tests.support.faultkit import GIVE_UP_SECONDS, UPDATE_JOBS_SET, PauseAfter
+from tests.support.pgbouncer import engine_options
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 
@@ -207,6 +211,29 @@ def test_forked_child_gets_its_own_connections_and_the_parent_keeps_working(engi
     assert queue.get_job(job.id).status == JobStatus.SUCCEEDED.value
     assert queue.enqueue("t").created
     assert check(queue) == []
+
+
+def test_a_child_forked_beside_a_running_event_loop_leaves_its_async_connections_alone(
+    engine, db_url, loop_thread
+):
+    """The fork guard drops the child's copies of pooled connections. Collected there,
+    an asyncio driver's connection closed its transport through the inherited event
+    loop, whose epoll instance the parent shares: the parent's loop stopped hearing the
+    socket, and its next query on it waited forever (aiomysql)."""
+    url = async_url(db_url, "async")
+    async_engine = sqlq_orm.create_async_engine(url, **engine_options(db_url))
+    queue = sqlq_orm.AsyncQueue(async_engine)
+    loop_thread.run(queue.enqueue("t"))  # a pooled connection, its socket watched
+    pid = os.fork()
+    if pid == 0:  # the child: let the collector run, never return into pytest
+        gc.collect()
+        os._exit(0)
+    _, exit_status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(exit_status) == 0
+
+    counts = loop_thread.run(asyncio.wait_for(queue.counts_by_status(), 10))
+    assert counts[JobStatus.QUEUED.value] == 1
+    loop_thread.run(async_engine.dispose())
 
 
 # ------------------------------------------------------------------- worker helpers
