@@ -121,6 +121,34 @@ def test_the_pages_fit_a_phone_screen(serve, browser, queue, clock):
         context.close()
 
 
+def test_a_list_sorted_by_a_column_off_a_phone_screen_opens_with_that_column_in_view(
+    serve, browser, queue
+):
+    if backend(queue) == "mysql":
+        pytest.skip("the page's script, not a query: SQLite and PostgreSQL run it")
+    seed(queue)
+    served = serve()
+    context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
+    page = context.new_page()
+    try:
+        page.goto(served.url + "/jobs?sort=finished_at")
+        header = page.locator("#jobs thead th[aria-sort]")
+        assert "finished" in header.inner_text()
+        # The column's left and right edges against the box the table scrolls in.
+        inside = header.evaluate(
+            """th => {
+                let box = th.parentNode;
+                while (box.scrollWidth <= box.clientWidth) box = box.parentNode;
+                const outer = box.getBoundingClientRect(), cell = th.getBoundingClientRect();
+                return [box.scrollLeft > 0, cell.left >= outer.left - 1,
+                        cell.right <= outer.right + 1];
+            }"""
+        )
+        assert inside == [True, True, True]
+    finally:
+        context.close()
+
+
 def test_clicking_retry_on_a_failed_job_queues_it(serve, page, queue):
     jobs = seed(queue)
     served = serve(enable_actions=True)

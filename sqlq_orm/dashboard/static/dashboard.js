@@ -11,6 +11,23 @@
 // pointer is held down, or the page was used in the last INTERACTION_MS. The header
 // says when the data was last updated, and says "stale" (and greys the data) when
 // the server or its database does not answer.
+// A list sorted by a column the screen does not show (a phone: the table scrolls
+// sideways in its own box) opens with that column in view: the box is scrolled to
+// it once, on load.
+(function () {
+  "use strict";
+  var th = document.querySelector("th[aria-sort]");
+  for (var box = th && th.parentNode; box && box !== document.body; box = box.parentNode) {
+    if (box.scrollWidth > box.clientWidth && getComputedStyle(box).overflowX !== "visible") {
+      var outer = box.getBoundingClientRect();
+      var cell = th.getBoundingClientRect();
+      if (cell.right > outer.right) box.scrollLeft += cell.right - outer.right;
+      else if (cell.left < outer.left) box.scrollLeft -= outer.left - cell.left;
+      return;
+    }
+  }
+})();
+
 (function () {
   "use strict";
   var INTERACTION_MS = 2000;
