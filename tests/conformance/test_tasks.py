@@ -334,10 +334,11 @@ def test_wait_returns_once_a_worker_finishes_the_job(tasks):
         assert tasks.wait(square, job.id, timeout=30) == 144
 
 
-def test_wait_is_woken_by_the_finish_not_by_its_next_read(tasks, monkeypatch):
-    # Reads a minute apart, and each pause records whether a wake-up ended it.
-    monkeypatch.setattr(sqlq_orm.queue.results, "_FIRST_PAUSE", 60.0)
-    monkeypatch.setattr(sqlq_orm.queue.results, "_LONGEST_PAUSE", 60.0)
+def _pauses_a_minute_apart(tasks: Tasks, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Make ``wait`` read its job a minute apart: only news can end it in time. The
+    list says, for each pause, whether a wake-up ended it."""
+    for pause_name in ("_FIRST_PAUSE", "_LONGEST_PAUSE", "_LONGEST_PAUSE_LISTENING"):
+        monkeypatch.setattr(sqlq_orm.queue.results, pause_name, 60.0)
     waiting = tasks.queue if tasks.flavour == "sync" else tasks.registry.async_queue.sync_queue
     pause, woken = waiting._pause, []
 
@@ -346,6 +347,11 @@ def test_wait_is_woken_by_the_finish_not_by_its_next_read(tasks, monkeypatch):
         woken.append(wake.is_set())
 
     monkeypatch.setattr(waiting, "_pause", pause_and_record)
+    return woken
+
+
+def test_wait_is_woken_by_the_finish_not_by_its_next_read(tasks, monkeypatch):
+    woken = _pauses_a_minute_apart(tasks, monkeypatch)
     release = threading.Event()
 
     @tasks.registry.task()
@@ -383,17 +389,7 @@ def listening_tasks(request: pytest.FixtureRequest, engine: Any, db_url: str) ->
 
 def test_wait_hears_a_finish_committed_by_another_process(listening_tasks, monkeypatch):
     tasks = listening_tasks
-    # Reads a minute apart: only the database's own news can end the wait in time.
-    for pause in ("_FIRST_PAUSE", "_LONGEST_PAUSE", "_LONGEST_PAUSE_LISTENING"):
-        monkeypatch.setattr(sqlq_orm.queue.results, pause, 60.0)
-    waiting = tasks.queue if tasks.flavour == "sync" else tasks.registry.async_queue.sync_queue
-    pause, woken = waiting._pause, []
-
-    def pause_and_record(seconds: float, wake: threading.Event) -> None:
-        pause(seconds, wake)
-        woken.append(wake.is_set())
-
-    monkeypatch.setattr(waiting, "_pause", pause_and_record)
+    woken = _pauses_a_minute_apart(tasks, monkeypatch)
     elsewhere = sqlq_orm.Queue(tasks.queue.engine)
     # As a worker in another process: its finishes wake nobody in this one.
     monkeypatch.setattr(elsewhere, "_finished", lambda job_ids: None)
