@@ -327,6 +327,9 @@ class Worker:
                 self._stop.wait(self._stop.wake, self.poll_interval)
                 continue
             leased_at = time.monotonic()
+            # Whether runs held slots as the claim looked: one recorded since (a snooze,
+            # a retry due at once) may have queued a job that this claim did not see.
+            busy = bool(self.running_jobs)
             try:
                 leases = self.queue.claim(
                     self.worker_id,
@@ -349,7 +352,7 @@ class Worker:
                 assert self._pool is not None
                 self._pool.submit([self._run_for(lease, leased_at) for lease in leases])
             if len(leases) < free:
-                if self.burst and not leases and not self.running_jobs:
+                if self.burst and not leases and not busy:
                     log.info("nothing left to do (burst mode)")
                     return
                 # Nothing more is ready: ask again when jobs arrive, when the next
