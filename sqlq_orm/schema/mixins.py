@@ -67,9 +67,6 @@ HELD_LEASE = "lease_expires_at IS NOT NULL"
 """The partial ``ix_*_lease``'s predicate: exactly the held jobs (CLAIMED, RUNNING)."""
 HAS_DEADLINE = "deadline_at IS NOT NULL"
 """The partial ``ix_*_deadline``'s predicate: running jobs with a max runtime."""
-FAILED_OR_CODED = "status = 'FAILED' OR error_code IS NOT NULL"
-"""The partial ``ix_*_failed_code``'s predicate: FAILED jobs, and jobs whose last run
-failed (the code stays until a success clears it)."""
 
 
 MYSQL_TABLE_OPTIONS: dict[str, str] = {
@@ -275,18 +272,8 @@ class JobMixin:
                 sqlite_where=text(HAS_DEADLINE),
                 postgresql_where=text(HAS_DEADLINE),
             ),
-            # failure Top-N: WHERE status = 'FAILED' GROUP BY error_code; retrying
-            # jobs by code: WHERE status IN (...) AND error_code IS NOT NULL. Partial
-            # where the database allows: a job that succeeded (its code cleared) or
-            # never failed is not in it. Either term of the OR, written as such in a
-            # query (the status as a literal), lets SQLite and PostgreSQL use it.
-            Index(
-                conv(f"ix_{t}_failed_code"),
-                "status",
-                "error_code",
-                sqlite_where=text(FAILED_OR_CODED),
-                postgresql_where=text(FAILED_OR_CODED),
-            ),
+            # failure Top-N: WHERE status = 'FAILED' GROUP BY error_code
+            Index(conv(f"ix_{t}_failed_code"), "status", "error_code"),
             # retention: WHERE status = ? AND finished_at < cutoff
             Index(conv(f"ix_{t}_finished"), "status", "finished_at"),
             # per-type stats: GROUP BY status, type; the retry distribution: WHERE status

@@ -12,9 +12,6 @@ reads (bench/README.md, "Issue 27: the job table's indexes", has the plans):
   lease_expires_at IS NOT NULL`` / ``deadline_at IS NOT NULL``, SQLite and PostgreSQL):
   only held jobs have a lease and only a running job with a max runtime a deadline,
   so a queued or finished job is in neither. The sweep's ``<= now`` implies the WHERE.
-- ``ix_sqlq_jobs_failed_code`` becomes partial too (``WHERE status = 'FAILED' OR
-  error_code IS NOT NULL``): a job that never failed, or succeeded after a retry (its
-  code cleared), is not in it; the failures by code and retrying jobs by code still are.
 - ``ix_sqlq_jobs_running_age`` is dropped: the stats' oldest held jobs order by
   ``COALESCE(heartbeat_at, created_at)``, which it never served; they read the held
   jobs on the partial lease index instead. Each heartbeat no longer moves it either.
@@ -22,7 +19,7 @@ reads (bench/README.md, "Issue 27: the job table's indexes", has the plans):
   (status, type, retry_count)``: it covers the retry distribution (which read every
   FAILED job's row) and still covers the per-type counts.
 
-MariaDB/MySQL has no partial indexes: there the lease, deadline and failed_code indexes stay whole
+MariaDB/MySQL has no partial indexes: there the lease and deadline indexes stay whole
 (recreated the same), as in sqlq_0001. Only indexes change: no row is touched, and on
 SQLite no table is rebuilt.
 """
@@ -42,7 +39,6 @@ depends_on: str | Sequence[str] | None = None
 
 _HELD_LEASE = "lease_expires_at IS NOT NULL"
 _HAS_DEADLINE = "deadline_at IS NOT NULL"
-_FAILED_OR_CODED = "status = 'FAILED' OR error_code IS NOT NULL"
 
 
 def upgrade() -> None:
@@ -62,14 +58,6 @@ def upgrade() -> None:
         sqlite_where=sa.text(_HAS_DEADLINE),
         postgresql_where=sa.text(_HAS_DEADLINE),
     )
-    op.drop_index(op.f("ix_sqlq_jobs_failed_code"), table_name="sqlq_jobs")
-    op.create_index(
-        op.f("ix_sqlq_jobs_failed_code"),
-        "sqlq_jobs",
-        ["status", "error_code"],
-        sqlite_where=sa.text(_FAILED_OR_CODED),
-        postgresql_where=sa.text(_FAILED_OR_CODED),
-    )
     op.drop_index(op.f("ix_sqlq_jobs_running_age"), table_name="sqlq_jobs")
     # The new index first, so the per-type counts always have one to read.
     op.create_index(
@@ -84,8 +72,6 @@ def downgrade() -> None:
     op.create_index(
         op.f("ix_sqlq_jobs_running_age"), "sqlq_jobs", ["status", "heartbeat_at", "created_at"]
     )
-    op.drop_index(op.f("ix_sqlq_jobs_failed_code"), table_name="sqlq_jobs")
-    op.create_index(op.f("ix_sqlq_jobs_failed_code"), "sqlq_jobs", ["status", "error_code"])
     op.drop_index(op.f("ix_sqlq_jobs_deadline"), table_name="sqlq_jobs")
     op.create_index(op.f("ix_sqlq_jobs_deadline"), "sqlq_jobs", ["status", "deadline_at"])
     op.drop_index(op.f("ix_sqlq_jobs_lease"), table_name="sqlq_jobs")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Integer, case, func, literal, literal_column, select
+from sqlalchemy import Integer, case, func, literal, select
 from sqlalchemy.sql import Select
 
 from sqlq_orm.db.backends import Backend
@@ -187,22 +187,16 @@ class StatsQueries:
 
     # Q4 ------------------------------------------------------------------------
     def failed_by_code(self) -> Select[Any]:
-        """Covered by the partial ``ix_*_failed_code`` (status, error_code).
-
-        The status is literal SQL, not a bound parameter: SQLite (and PostgreSQL in a
-        generic plan) match a partial index's WHERE only against what they can see.
-        """
+        """Covered by ``ix_*_failed_code`` (status, error_code)."""
         j = self.tables.jobs.c
         return (
             select(j.error_code, func.count())
-            .where(j.status == literal_column(f"'{JobStatus.FAILED.value}'"))
+            .where(j.status == JobStatus.FAILED.value)
             .group_by(j.error_code)
         )
 
     def retrying_by_code(self) -> Select[Any]:
-        """Unfinished jobs whose last run failed (the service keeps its code until
-        success), on the partial ``ix_*_failed_code``: ``error_code IS NOT NULL`` is a
-        term of its WHERE."""
+        """Unfinished jobs whose last run failed (the service keeps its code until success)."""
         j = self.tables.jobs.c
         return (
             select(j.error_code, func.count())
