@@ -42,6 +42,14 @@ def _column(table: str, column: str) -> Callable[[Connection], bool]:
     return probe
 
 
+def _index(table: str, index: str) -> Callable[[Connection], bool]:
+    def probe(connection: Connection) -> bool:
+        indexes = sqlalchemy.inspect(connection).get_indexes(table)
+        return any(found["name"] == index for found in indexes)
+
+    return probe
+
+
 def _job_ids_kept(connection: Connection) -> bool:
     # sqlq_0005 changes SQLite only (AUTOINCREMENT); elsewhere it has nothing to do.
     return not backend_for(connection.dialect).autoincrement_missing(connection, "sqlq_jobs")
@@ -67,6 +75,7 @@ PROBES: dict[str, Callable[[Connection], bool]] = {
     "sqlq_0009": _column("sqlq_schedules", "paused_at"),
     "sqlq_0010": _payloads_in_json,
     "sqlq_0011": _column("sqlq_jobs", "rate_started_at"),
+    "sqlq_0012": _index("sqlq_jobs", "ix_sqlq_jobs_status_type"),
 }
 """sqlq revision -> whether the schema has what it made (sqlq's default table names)."""
 

@@ -168,9 +168,12 @@ class TimelineQueries:
         ).where(w.id == worker_id)
 
     def held_by(self, worker_id: str) -> Select[Any]:
-        """The held set (small) through a status-leading index."""
+        """The held set (small) through the partial ``ix_*_lease``: only held jobs have
+        a lease (the schema's CHECKs), so its WHERE changes no answer."""
         j = self.tables.jobs.c
-        return select(func.count()).where(j.status.in_(HELD_VALUES), j.claimed_by == worker_id)
+        return select(func.count()).where(
+            j.status.in_(HELD_VALUES), j.lease_expires_at.is_not(None), j.claimed_by == worker_id
+        )
 
     def parents(self, job_id: int) -> Select[Any] | None:
         """On the dependencies' primary key (job_id, depends_on_id); None without them."""

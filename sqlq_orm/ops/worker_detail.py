@@ -61,7 +61,13 @@ def worker_detail(
             JobSummary(**dict(found._mapping))
             for found in connection.execute(
                 select(*summary)
-                .where(j.status.in_(sorted(s.value for s in HELD)), j.claimed_by == worker_id)
+                # lease_expires_at: exactly the held jobs have one (the schema's
+                # CHECKs); it lets the partial ix_*_lease serve the read.
+                .where(
+                    j.status.in_(sorted(s.value for s in HELD)),
+                    j.lease_expires_at.is_not(None),
+                    j.claimed_by == worker_id,
+                )
                 .order_by(j.id)
             )
         ]

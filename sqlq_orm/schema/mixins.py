@@ -63,6 +63,11 @@ DEDUPE_KEY_MAX = 255
 CONCURRENCY_KEY_MAX = 255
 RATE_KEY_MAX = 255
 
+HELD_LEASE = "lease_expires_at IS NOT NULL"
+"""The partial ``ix_*_lease``'s predicate: exactly the held jobs (CLAIMED, RUNNING)."""
+HAS_DEADLINE = "deadline_at IS NOT NULL"
+"""The partial ``ix_*_deadline``'s predicate: running jobs with a max runtime."""
+
 
 MYSQL_TABLE_OPTIONS: dict[str, str] = {
     "mysql_engine": "InnoDB",
@@ -246,18 +251,35 @@ class JobMixin:
                 "run_at",
                 "id",
             ),
-            # sweep (expired leases): WHERE status IN (held) AND lease_expires_at <= now
-            Index(conv(f"ix_{t}_lease"), "status", "lease_expires_at"),
-            # sweep (max runtime): WHERE status = 'RUNNING' AND deadline_at <= now
-            Index(conv(f"ix_{t}_deadline"), "status", "deadline_at"),
-            # oldest in-progress jobs: WHERE status IN (held) ORDER BY heartbeat_at
-            Index(conv(f"ix_{t}_running_age"), "status", "heartbeat_at", "created_at"),
+            # sweep (expired leases): WHERE status IN (held) AND lease_expires_at <= now;
+            # also the held jobs of the stats (oldest_held), which add the predicate.
+            # Partial where the database allows: only held jobs have a lease (the CHECKs
+            # above; a finished job's lease is cleared), so a queued or finished job
+            # costs this index nothing, and `lease_expires_at <= ?` implies the WHERE.
+            Index(
+                conv(f"ix_{t}_lease"),
+                "status",
+                "lease_expires_at",
+                sqlite_where=text(HELD_LEASE),
+                postgresql_where=text(HELD_LEASE),
+            ),
+            # sweep (max runtime): WHERE status = 'RUNNING' AND deadline_at <= now.
+            # Partial likewise: only a running job with a max runtime has a deadline.
+            Index(
+                conv(f"ix_{t}_deadline"),
+                "status",
+                "deadline_at",
+                sqlite_where=text(HAS_DEADLINE),
+                postgresql_where=text(HAS_DEADLINE),
+            ),
             # failure Top-N: WHERE status = 'FAILED' GROUP BY error_code
             Index(conv(f"ix_{t}_failed_code"), "status", "error_code"),
             # retention: WHERE status = ? AND finished_at < cutoff
             Index(conv(f"ix_{t}_finished"), "status", "finished_at"),
-            # per-type stats: GROUP BY type, status
-            Index(conv(f"ix_{t}_type_status"), "type", "status"),
+            # per-type stats: GROUP BY status, type; the retry distribution: WHERE status
+            # IN (...) GROUP BY type, retry_count, status (covered: no row is read); a
+            # bulk action's count: WHERE status = ? AND type = ?.
+            Index(conv(f"ix_{t}_status_type"), "status", "type", "retry_count"),
             # the claim's concurrency check: count jobs WHERE concurrency_key = ? AND
             # status IN (held). Partial where the database allows: jobs without a key
             # (most of them) cost this index nothing.
