@@ -52,7 +52,7 @@ class Completer:
         self._stats = stats
         self._retry_pause = retry_pause
         self._max_batch = max_batch
-        self._condition = threading.Condition()
+        self._condition = threading.Condition(threading.Lock())  # never taken twice
         self._waiting: list[Pending] = []
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="sqlq-completer", daemon=True)
@@ -125,11 +125,19 @@ class Completer:
 
     def _record_successes(self, pending: list[Pending]) -> None:
         lost = {lease.job_id for lease in self._queue.succeed_many([r.lease for r, _ in pending])}
+        succeeded = []
         for run, _ in pending:
             if run.lease.job_id in lost:
                 self._discard(run, str(LeaseLost(run.lease.job_id)))
             else:
-                self._succeeded(run)
+                succeeded.append(run)
+        if not succeeded:
+            return
+        self._stats.add("succeeded", len(succeeded))
+        if log.isEnabledFor(logging.INFO):  # describe() per job costs more than the check
+            for run in succeeded:
+                log.info("%s succeeded", run.describe())
+        self._runs.finished_many(succeeded)
 
     def _record_success_with_result(self, pending: list[Pending]) -> None:
         [(run, outcome)] = pending
