@@ -26,7 +26,13 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlq_orm.errors import InvalidInput, LeaseLost
 from sqlq_orm.queue.queue import Queue
 from sqlq_orm.queue.types import JobFailure
-from sqlq_orm.worker.outcomes import INVALID_RESULT, INVALID_SNOOZE, Outcome, one_line
+from sqlq_orm.worker.outcomes import (
+    INVALID_RESULT,
+    INVALID_SNOOZE,
+    PLAIN_SUCCESS,
+    Outcome,
+    one_line,
+)
 from sqlq_orm.worker.runs import JobRun, RunTable
 from sqlq_orm.worker.stats import WorkerStats
 
@@ -88,13 +94,26 @@ class Completer:
                     self._discard(run, "its outcome could not be recorded")
 
     def _record(self, batch: list[Pending]) -> None:
-        successes = [(run, o) for run, o in batch if o.succeeded and not _has_result(o)]
-        with_result = [(run, o) for run, o in batch if o.succeeded and _has_result(o)]
-        failures = [(run, o) for run, o in batch if not o.succeeded and not o.snoozed]
+        successes: list[Pending] = []
+        with_result: list[Pending] = []
+        snoozes: list[Pending] = []
+        failures: list[Pending] = []
+        for pending in batch:  # one pass: the batch is mostly plain successes
+            outcome = pending[1]
+            if outcome is PLAIN_SUCCESS:
+                successes.append(pending)
+            elif outcome.snoozed:
+                snoozes.append(pending)
+            elif not outcome.succeeded:
+                failures.append(pending)
+            elif _has_result(outcome):
+                with_result.append(pending)
+            else:
+                successes.append(pending)
         self._until_recorded(successes, self._record_successes)
         for one in with_result:
             self._until_recorded([one], self._record_success_with_result)
-        for one in [(run, o) for run, o in batch if o.snoozed]:
+        for one in snoozes:
             self._until_recorded([one], self._record_snooze)
         self._until_recorded(failures, self._record_failures)
 

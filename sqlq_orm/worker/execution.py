@@ -20,7 +20,7 @@ from sqlq_orm.errors import InvalidInput, JobError, Snooze
 from sqlq_orm.schema.mixins import REF_MAX
 from sqlq_orm.worker.completer import Completer
 from sqlq_orm.worker.handlers import AsyncJobContext, Handler, HandlerRegistry
-from sqlq_orm.worker.outcomes import INVALID_RESULT, Outcome, outcome_of_exception
+from sqlq_orm.worker.outcomes import INVALID_RESULT, PLAIN_SUCCESS, Outcome, outcome_of_exception
 from sqlq_orm.worker.prefetch import PrefetchGauge
 from sqlq_orm.worker.runs import JobRun, RunTable
 from sqlq_orm.worker.stats import WorkerStats
@@ -132,6 +132,8 @@ class JobExecutor:
 
     @staticmethod
     def _outcome_of_return(returned: Any) -> Outcome:
+        if returned is None:
+            return PLAIN_SUCCESS
         if isinstance(returned, JobResult):
             # Checked (JSON, size) where it is recorded, by the queue.
             return Outcome(result=returned.value)
