@@ -354,7 +354,10 @@ class Worker:
                     return
                 # Nothing more is ready: ask again when jobs arrive, when the next
                 # queued one is due, or after the poll interval; not on every freed slot.
-                self._stop.wait(self._stop.jobs_ready, self._idle_wait())
+                # A burst worker asks again as a slot frees too: it leaves once its
+                # last jobs are recorded, not a poll interval later.
+                ready = self._stop.wake if self.burst else self._stop.jobs_ready
+                self._stop.wait(ready, self._idle_wait())
 
     def _pool_waiting(self) -> int:
         return 0 if self._pool is None else self._pool.waiting()
