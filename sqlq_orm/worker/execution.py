@@ -66,8 +66,9 @@ class JobExecutor:
 
     async def execute_async(self, run: JobRun) -> None:
         """Await the ``async def`` handler of ``run``'s job in the current task and
-        hand over its outcome (never raises; a cancellation after the worker gave up
-        on the job ends here, its outcome discarded)."""
+        hand over its outcome (never raises, but for the ``GeneratorExit`` of the
+        coroutine itself being closed; a cancellation after the worker gave up on the
+        job ends here, its outcome discarded)."""
         context = run.context
         task = asyncio.current_task()
         if isinstance(context, AsyncJobContext) and task is not None:
@@ -117,6 +118,15 @@ class JobExecutor:
         try:
             returned = await self._handler_of(run)(run.context)
         except BaseException as exc:  # noqa: BLE001 - nor its task
+            if isinstance(exc, GeneratorExit):
+                # The coroutine itself is being closed: its task was dropped with the
+                # loop (an abandoned task, collected after shutdown). Nothing is left
+                # to record, and logging a traceback from inside the garbage
+                # collector can break whatever the interrupted thread was parsing
+                # (Python 3.11's tracebacks parse source, and that parser's
+                # recursion count is shared: "AST constructor recursion depth
+                # mismatch").
+                raise
             if isinstance(exc, asyncio.CancelledError) and run.context._given_up:
                 # Cancelled because the worker gave up on it: discarded, not a failure.
                 return Outcome(error_code=None)
