@@ -153,10 +153,22 @@ def _positional_plan(
 
 def _single_processors(processors: Mapping[str, Any]) -> dict[str, Callable[[Any], Any]] | None:
     """Bind processors by name; None if one is a tuple-typed bind's list of them
-    (the statement then runs as Core)."""
-    if not all(callable(process) for process in processors.values()):
-        return None
-    return dict(processors)
+    that would process something (the statement then runs as Core).
+
+    A tuple-typed bind whose elements need no processing (``(id, lease_token) IN
+    :p_pairs``, the fence of every batch finish) has nothing to apply: it is left
+    out, so its statement runs as driver SQL too."""
+    single: dict[str, Callable[[Any], Any]] = {}
+    for name, process in processors.items():
+        if callable(process):
+            single[name] = process
+        elif process is None or (
+            isinstance(process, (tuple, list)) and all(item is None for item in process)
+        ):
+            continue
+        else:
+            return None
+    return single
 
 
 def _shape_of(values: Sequence[Any]) -> tuple[int, int]:

@@ -26,7 +26,13 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlq_orm.errors import InvalidInput, LeaseLost
 from sqlq_orm.queue.queue import Queue
 from sqlq_orm.queue.types import JobFailure
-from sqlq_orm.worker.outcomes import INVALID_RESULT, INVALID_SNOOZE, Outcome, one_line
+from sqlq_orm.worker.outcomes import (
+    INVALID_RESULT,
+    INVALID_SNOOZE,
+    PLAIN_SUCCESS,
+    Outcome,
+    one_line,
+)
 from sqlq_orm.worker.runs import JobRun, RunTable
 from sqlq_orm.worker.stats import WorkerStats
 
@@ -52,7 +58,7 @@ class Completer:
         self._stats = stats
         self._retry_pause = retry_pause
         self._max_batch = max_batch
-        self._condition = threading.Condition()
+        self._condition = threading.Condition(threading.Lock())  # never taken twice
         self._waiting: list[Pending] = []
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="sqlq-completer", daemon=True)
@@ -88,13 +94,26 @@ class Completer:
                     self._discard(run, "its outcome could not be recorded")
 
     def _record(self, batch: list[Pending]) -> None:
-        successes = [(run, o) for run, o in batch if o.succeeded and not _has_result(o)]
-        with_result = [(run, o) for run, o in batch if o.succeeded and _has_result(o)]
-        failures = [(run, o) for run, o in batch if not o.succeeded and not o.snoozed]
+        successes: list[Pending] = []
+        with_result: list[Pending] = []
+        snoozes: list[Pending] = []
+        failures: list[Pending] = []
+        for pending in batch:  # one pass: the batch is mostly plain successes
+            outcome = pending[1]
+            if outcome is PLAIN_SUCCESS:
+                successes.append(pending)
+            elif outcome.snoozed:
+                snoozes.append(pending)
+            elif not outcome.succeeded:
+                failures.append(pending)
+            elif _has_result(outcome):
+                with_result.append(pending)
+            else:
+                successes.append(pending)
         self._until_recorded(successes, self._record_successes)
         for one in with_result:
             self._until_recorded([one], self._record_success_with_result)
-        for one in [(run, o) for run, o in batch if o.snoozed]:
+        for one in snoozes:
             self._until_recorded([one], self._record_snooze)
         self._until_recorded(failures, self._record_failures)
 
@@ -125,11 +144,19 @@ class Completer:
 
     def _record_successes(self, pending: list[Pending]) -> None:
         lost = {lease.job_id for lease in self._queue.succeed_many([r.lease for r, _ in pending])}
+        succeeded = []
         for run, _ in pending:
             if run.lease.job_id in lost:
                 self._discard(run, str(LeaseLost(run.lease.job_id)))
             else:
-                self._succeeded(run)
+                succeeded.append(run)
+        if not succeeded:
+            return
+        self._stats.add("succeeded", len(succeeded))
+        if log.isEnabledFor(logging.INFO):  # describe() per job costs more than the check
+            for run in succeeded:
+                log.info("%s succeeded", run.describe())
+        self._runs.finished_many(succeeded)
 
     def _record_success_with_result(self, pending: list[Pending]) -> None:
         [(run, outcome)] = pending

@@ -20,7 +20,7 @@ from sqlq_orm.errors import InvalidInput, JobError, Snooze
 from sqlq_orm.schema.mixins import REF_MAX
 from sqlq_orm.worker.completer import Completer
 from sqlq_orm.worker.handlers import AsyncJobContext, Handler, HandlerRegistry
-from sqlq_orm.worker.outcomes import INVALID_RESULT, Outcome, outcome_of_exception
+from sqlq_orm.worker.outcomes import INVALID_RESULT, PLAIN_SUCCESS, Outcome, outcome_of_exception
 from sqlq_orm.worker.prefetch import PrefetchGauge
 from sqlq_orm.worker.runs import JobRun, RunTable
 from sqlq_orm.worker.stats import WorkerStats
@@ -66,8 +66,9 @@ class JobExecutor:
 
     async def execute_async(self, run: JobRun) -> None:
         """Await the ``async def`` handler of ``run``'s job in the current task and
-        hand over its outcome (never raises; a cancellation after the worker gave up
-        on the job ends here, its outcome discarded)."""
+        hand over its outcome (never raises, but for the ``GeneratorExit`` of the
+        coroutine itself being closed; a cancellation after the worker gave up on the
+        job ends here, its outcome discarded)."""
         context = run.context
         task = asyncio.current_task()
         if isinstance(context, AsyncJobContext) and task is not None:
@@ -117,6 +118,15 @@ class JobExecutor:
         try:
             returned = await self._handler_of(run)(run.context)
         except BaseException as exc:  # noqa: BLE001 - nor its task
+            if isinstance(exc, GeneratorExit):
+                # The coroutine itself is being closed: its task was dropped with the
+                # loop (an abandoned task, collected after shutdown). Nothing is left
+                # to record, and logging a traceback from inside the garbage
+                # collector can break whatever the interrupted thread was parsing
+                # (Python 3.11's tracebacks parse source, and that parser's
+                # recursion count is shared: "AST constructor recursion depth
+                # mismatch").
+                raise
             if isinstance(exc, asyncio.CancelledError) and run.context._given_up:
                 # Cancelled because the worker gave up on it: discarded, not a failure.
                 return Outcome(error_code=None)
@@ -132,6 +142,8 @@ class JobExecutor:
 
     @staticmethod
     def _outcome_of_return(returned: Any) -> Outcome:
+        if returned is None:
+            return PLAIN_SUCCESS
         if isinstance(returned, JobResult):
             # Checked (JSON, size) where it is recorded, by the queue.
             return Outcome(result=returned.value)

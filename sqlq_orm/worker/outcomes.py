@@ -52,6 +52,11 @@ class Outcome:
         return self.snooze is not None
 
 
+PLAIN_SUCCESS = Outcome()
+"""A handler that returned None: nothing to store. Shared (an Outcome is frozen), so a
+no-op job builds none and the completer knows it by identity."""
+
+
 def one_line(text: str) -> str:
     """The first line of ``text`` (stripped): enough for a log line or an error detail."""
     return text.strip().splitlines()[0] if text.strip() else ""

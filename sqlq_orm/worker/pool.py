@@ -51,7 +51,8 @@ class HandlerPool:
         self.size = size
         self._execute = execute
         self._tasks = tasks
-        self._condition = threading.Condition()
+        # A plain lock: nothing here takes it twice, and an RLock costs more per job.
+        self._condition = threading.Condition(threading.Lock())
         self._waiting: deque[JobRun] = deque()
         self._threads = 0  # pool threads counted against size (detached ones are not)
         self._idle = 0
@@ -155,8 +156,12 @@ class HandlerPool:
         return True
 
     def _loop(self) -> None:
+        ran = False  # whether this thread comes back from a run (one lock for both)
         while True:
             with self._condition:
+                if ran:
+                    self._busy -= 1
+                    ran = False
                 # Tasks count as busy too: with ``size`` handlers running, wait.
                 while not self._closed and (not self._waiting or self._running() >= self.size):
                     self._idle += 1
@@ -175,5 +180,4 @@ class HandlerPool:
             self._execute(run)
             if run.detached:
                 return  # replaced while stuck in the handler; already out of the count
-            with self._condition:
-                self._busy -= 1
+            ran = True

@@ -103,6 +103,12 @@ class RunTable:
         with self._lock:
             self._runs[run.lease.job_id] = run
 
+    def add_many(self, runs: list[JobRun]) -> None:
+        """Each of ``runs`` (a claim's batch) takes a slot."""
+        with self._lock:
+            for run in runs:
+                self._runs[run.lease.job_id] = run
+
     def held(self) -> list[JobRun]:
         """The runs holding a slot right now (a snapshot)."""
         with self._lock:
@@ -154,11 +160,17 @@ class RunTable:
 
     def finished(self, run: JobRun) -> None:
         """The run's thread is done with it: give its slot back (if it still had one)."""
+        self.finished_many([run])
+
+    def finished_many(self, runs: list[JobRun]) -> None:
+        """:meth:`finished` for a batch: one wake-up of the claim loop for all of them
+        (a wake-up per job made it wake, look and sleep again once per job)."""
         with self._lock:
-            if self._runs.get(run.lease.job_id) is run:
-                del self._runs[run.lease.job_id]
-            if run.state is not RunState.ABANDONED:
-                run.state = RunState.DONE
+            for run in runs:
+                if self._runs.get(run.lease.job_id) is run:
+                    del self._runs[run.lease.job_id]
+                if run.state is not RunState.ABANDONED:
+                    run.state = RunState.DONE
         self.slot_freed.set()
 
     def abandon(self, run: JobRun, reason: str, *, runtime_exceeded: bool = False) -> bool:

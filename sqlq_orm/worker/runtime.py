@@ -350,14 +350,17 @@ class Worker:
                 continue
             if leases:
                 assert self._pool is not None
-                self._pool.submit([self._run_for(lease, leased_at) for lease in leases])
+                self._pool.submit(self._runs_for(leases, leased_at))
             if len(leases) < free:
                 if self.burst and not leases and not busy:
                     log.info("nothing left to do (burst mode)")
                     return
                 # Nothing more is ready: ask again when jobs arrive, when the next
                 # queued one is due, or after the poll interval; not on every freed slot.
-                self._stop.wait(self._stop.jobs_ready, self._idle_wait())
+                # A burst worker asks again as a slot frees too: it leaves once its
+                # last jobs are recorded, not a poll interval later.
+                ready = self._stop.wake if self.burst else self._stop.jobs_ready
+                self._stop.wait(ready, self._idle_wait())
 
     def _pool_waiting(self) -> int:
         return 0 if self._pool is None else self._pool.waiting()
@@ -403,6 +406,18 @@ class Worker:
     def _sweep_actor(self) -> str:
         return f"sweeper@{self.worker_id}"[:WORKER_ID_MAX]
 
+    def _runs_for(self, leases: list[Lease], leased_at: float) -> list[JobRun]:
+        """A claim's leases as runs, each holding a slot: one hand-over for the batch."""
+        runs = [self._run_for(lease, leased_at) for lease in leases]
+        self._runs.add_many(runs)
+        if any(run.deadline is not None for run in runs):
+            self._heartbeat.watch_deadline()
+        self.stats.add("claimed", len(runs))
+        if log.isEnabledFor(logging.DEBUG):
+            for run in runs:
+                log.debug("%s claimed", run.describe())
+        return runs
+
     def _run_for(self, lease: Lease, leased_at: float) -> JobRun:
         context_type = AsyncJobContext if self.handlers.is_coroutine(lease.type) else JobContext
         context = context_type(
@@ -424,12 +439,6 @@ class Worker:
         if lease.max_runtime_seconds is not None:
             # Counted from before the claim was sent: never later than the database's.
             run.deadline = leased_at + lease.max_runtime_seconds
-        self._runs.add(run)
-        if run.deadline is not None:
-            self._heartbeat.watch_deadline()
-        self.stats.add("claimed")
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("%s claimed", run.describe())
         return run
 
     # ----------------------------------------------------------------- liveness

@@ -192,6 +192,29 @@ def test_corrupt_payload_fails_that_job_and_the_worker_goes_on(queue, engine):
     assert called == [2]
 
 
+def test_a_burst_worker_leaves_once_its_last_job_is_recorded_not_a_poll_interval_later(queue):
+    queue.enqueue("echo")
+    worker = Worker(
+        queue,
+        HandlerRegistry({"echo": lambda ctx: None}),
+        burst=True,
+        concurrency=4,  # more free slots than jobs: the claim comes back short
+        **{**FAST, "poll_interval": 3600.0},
+    )
+    done = threading.Event()
+    thread = threading.Thread(target=lambda: (worker.run(), done.set()), daemon=True)
+    thread.start()
+
+    # Its one claim came back short of its free slots while the job still ran: it used
+    # to sleep out the whole poll interval (here an hour) before looking again.
+    left = done.wait(timeout=60)
+    if not left:
+        worker.request_stop(immediate=True)
+    thread.join(timeout=10)
+    assert left, "the burst worker waited out its poll interval after its last job"
+    assert worker.stats.succeeded == 1
+
+
 # ---------------------------------------------------------- losing and giving up jobs
 
 
