@@ -16,6 +16,7 @@ from sqlalchemy import func, select
 import sqlq_orm
 from sqlq_orm import HandlerRegistry, JobContext, Worker
 from sqlq_orm.schema.models import WorkerRecord
+from tests.support.faultkit import PauseAfter
 from tests.support.worker_helpers import job_row, running, wait_until
 
 FAST = {"poll_interval": 0.05, "sweep_interval": None, "install_signal_handlers": False}
@@ -74,6 +75,38 @@ def test_burst_worker_sweeps_before_deciding_there_is_nothing_to_do(queue, clock
     assert lease.job_id == job.id
     assert job_row(queue, job.id).status == "FAILED"
     assert attempts_of(queue, job.id) == [("FAILED", "LEASE:EXPIRED")]
+
+
+def test_burst_worker_stays_for_a_job_its_own_run_requeued_while_it_claimed(queue, engine):
+    """The claim looks while a run holds its slot and finds nothing; the run then
+    snoozes (its job is due again at once) and frees the slot before the worker asks
+    whether anything is left. The worker must claim again, not leave the job behind."""
+    if engine.dialect.name == "sqlite":
+        pytest.skip("a claim paused inside its transaction holds SQLite's one writer")
+    job = queue.enqueue("nap")
+    started, go_on, runs = threading.Event(), threading.Event(), []
+
+    def nap(ctx: JobContext) -> None:
+        runs.append(ctx.attempt)
+        if len(runs) == 1:
+            started.set()
+            go_on.wait(30)
+            raise sqlq_orm.Snooze(0)
+
+    worker = Worker(queue, HandlerRegistry({"nap": nap}), burst=True, concurrency=2, **FAST)
+    thread = threading.Thread(target=worker.run, name="burst-worker", daemon=True)
+    thread.start()
+    assert started.wait(30)
+    # The worker's next claim (its candidate read, on PostgreSQL and MariaDB alike).
+    with PauseAfter(engine, r"sqlq_jobs\.priority( AS priority)?, sqlq_jobs\.run_at") as paused:
+        paused.wait()  # it found nothing: the one job is running
+        go_on.set()
+        wait_until(lambda: job_row(queue, job.id).status == "QUEUED", "the snooze to land")
+        wait_until(lambda: not worker.running_jobs, "the run's slot to be freed")
+    thread.join(30)
+
+    assert not thread.is_alive()
+    assert len(runs) == 2 and job_row(queue, job.id).status == "SUCCEEDED"
 
 
 def test_burst_worker_sweeps_a_job_it_abandoned_for_max_runtime_before_exiting(queue, clock):
