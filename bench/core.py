@@ -308,6 +308,17 @@ def count_rows(engine: Engine, table: str, where: str = "") -> int:
         return int(connection.exec_driver_sql(sql).scalar_one())
 
 
+def count_events(engine: Engine) -> int:
+    """Events as a job's timeline reads them: those written, plus the CLAIMED and
+    STARTED (and, once it succeeded, SUCCEEDED) that a worker's attempt row stands for."""
+    derived = "after_event_id IS NOT NULL"
+    return (
+        count_rows(engine, "sqlq_job_events")
+        + 2 * count_rows(engine, "sqlq_job_attempts", derived)
+        + count_rows(engine, "sqlq_job_attempts", f"{derived} AND status = 'SUCCEEDED'")
+    )
+
+
 # ------------------------------------------------------------------------ output
 
 

@@ -5,7 +5,7 @@ For each process count (interleaved, ``--repeats`` rounds, on a throw-away datab
 emptied between runs): ``--jobs`` no-op jobs are enqueued (not timed), then P spawned
 processes each run ``Worker(concurrency=--concurrency, burst=True)`` until nothing is
 left; the clock runs from "go" to the last report. Every job must end SUCCEEDED with its
-full history (four events).
+full history (four events, as the timeline reads them).
 
 Server CPU: while the workers run, the parent samples every 0.1 s which server
 backends serve this database (``pg_stat_activity``) and reads their CPU time (utime +
@@ -30,7 +30,7 @@ from typing import Any
 import sqlalchemy
 
 import sqlq_orm
-from bench.core import count_rows, postgres_database, run_children
+from bench.core import count_events, count_rows, postgres_database, run_children
 from sqlq_orm.schema.models import Base
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -148,7 +148,7 @@ def drain(
     server_seconds = cpu.stop()
     engine = sqlq_orm.create_engine(url)
     succeeded = count_rows(engine, "sqlq_jobs", "status = 'SUCCEEDED'")
-    events = count_rows(engine, "sqlq_job_events")
+    events = count_events(engine)
     engine.dispose()
     if not (sum(reports) == succeeded == jobs and events == 4 * jobs):
         raise AssertionError(f"drain: done={sum(reports)} succeeded={succeeded} events={events}")

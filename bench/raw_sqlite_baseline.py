@@ -101,7 +101,6 @@ class RawSqliteQueue:
         self.open_attempt = prepare(sql.open_attempt)
         self.open_attempts_of_batch = prepare(sql.open_attempts_of_batch)
         self.claim_events_of_batch = prepare(sql.claim_events_of_batch)
-        self.claim_and_start_events_of_batch = prepare(sql.claim_and_start_events_of_batch)
         # A claim that found fewer jobs than its limit looks for rate-limited queues.
         self.select_rate_limited = prepare(sql.select_rate_limited)
         self.succeed_sql = prepare(sql.succeed)
@@ -240,8 +239,7 @@ class RawSqliteQueue:
                     "p_lease_seconds": lease_seconds,
                 }
                 if start:
-                    self._run(self.open_attempts_of_batch, history)
-                    self._run(self.claim_and_start_events_of_batch, history)
+                    self._run(self.open_attempts_of_batch, history)  # stands for the events
                 else:
                     self._run(self.claim_events_of_batch, history)
             self._plain("COMMIT")

@@ -2,8 +2,8 @@
 
 One spawned process runs ``Worker(..., burst=True)`` (it exits once nothing is left);
 the clock runs from "go" to its report, as in the ``workers`` bench. Afterwards the
-database is checked: every job SUCCEEDED and its full history kept (ENQUEUED,
-CLAIMED, STARTED, SUCCEEDED events). With ``async_handler=True`` the no-op is an
+database is checked: every job SUCCEEDED and its full history kept (ENQUEUED written,
+CLAIMED, STARTED, SUCCEEDED in its attempt row). With ``async_handler=True`` the no-op is an
 ``async def``, run as a task on the worker's event loop.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import sqlq_orm
-from bench.core import count_rows, run_children
+from bench.core import count_events, count_rows, run_children
 
 POLL_INTERVAL = 0.05
 """As in the ``workers`` bench: a burst worker's last empty poll ends the run."""
@@ -62,7 +62,7 @@ def drain_with_worker(
     elapsed, reports, _ = run_children(_worker_process, [(url, concurrency, async_handler)], 1.0)
     engine = sqlq_orm.create_engine(url)
     succeeded = count_rows(engine, "sqlq_jobs", "status = 'SUCCEEDED'")
-    events = count_rows(engine, "sqlq_job_events")
+    events = count_events(engine)
     engine.dispose()
     done = sum(reports)
     if not (done == succeeded == jobs and events == 4 * jobs):

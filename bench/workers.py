@@ -27,6 +27,7 @@ from bench.core import (
     Config,
     Result,
     compare,
+    count_events,
     count_rows,
     on_every_database,
     percentile,
@@ -142,7 +143,7 @@ def _cases(config: Config, label: str, fresh: Callable[[], str]) -> list[Result]
         latencies[processes] += found
         engine = sqlq_orm.create_engine(url)
         succeeded = count_rows(engine, "sqlq_jobs", "status = 'SUCCEEDED'")
-        events = count_rows(engine, "sqlq_job_events")
+        events = count_events(engine)
         engine.dispose()
         # ENQUEUED, CLAIMED, STARTED, SUCCEEDED per job: the full history is kept.
         if not (done == succeeded == jobs and events == 4 * jobs):

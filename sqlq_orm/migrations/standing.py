@@ -76,6 +76,7 @@ PROBES: dict[str, Callable[[Connection], bool]] = {
     "sqlq_0010": _payloads_in_json,
     "sqlq_0011": _column("sqlq_jobs", "rate_started_at"),
     "sqlq_0012": _index("sqlq_jobs", "ix_sqlq_jobs_status_type"),
+    "sqlq_0013": _column("sqlq_job_attempts", "after_event_id"),
 }
 """sqlq revision -> whether the schema has what it made (sqlq's default table names)."""
 

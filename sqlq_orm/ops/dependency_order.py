@@ -2,13 +2,16 @@
 
 A snapshot cannot show a child that ran before its parent: once the parent has
 succeeded too, both rows look right. The events can: for every CLAIMED event of a
-child, the event that last made it ready before that claim (ENQUEUED,
-DEPENDENCIES_MET or RETRIED) must come after each of its parents' last state change
-was into SUCCEEDED (``cancel`` policy) or into any finished status (``run``). Event
-ids are compared, not timestamps: a child is made ready in, or after, the
-transaction that wrote its parent's ending event, under the parent's or the child's
-row lock, and ids follow that order on every database (a pinned clock may repeat a
-timestamp).
+child (written, or stood for by its attempt row: :mod:`sqlq_orm.ops.stand_ins`), the
+event that last made it ready before that claim (ENQUEUED, DEPENDENCIES_MET or
+RETRIED) must come after each of its parents' last state change was into SUCCEEDED
+(``cancel`` policy) or into any finished status (``run``). Event ids are compared,
+not timestamps: a child is made ready in, or after, the transaction that wrote its
+parent's ending event, under the parent's or the child's row lock, and ids follow
+that order on every database (a pinned clock may repeat a timestamp). The one
+exception is a parent's SUCCEEDED that its attempt row stands for: it has no id, so
+its time (``finished_at``) is compared with the release's (``<=``; the release is
+written in the same transaction, at the same time, or later).
 
 The second check holds the WAITING count to the edges: ``pending_parents`` equals
 the number of parents the job still waits for (a count decremented twice, as by a
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Table, and_, case, func, or_, select
+from sqlalchemy import Table, and_, case, func, null, or_, select, union_all
 from sqlalchemy.engine import Connection
 
 from sqlq_orm.schema.states import (
@@ -30,6 +33,7 @@ from sqlq_orm.schema.states import (
     INITIAL_STATUSES,
     TERMINAL,
     TRANSITIONS,
+    AttemptStatus,
     Event,
     JobStatus,
 )
@@ -68,13 +72,44 @@ def _settled(policy: str, event: str | None) -> bool:
 
 
 def order_problems(
-    connection: Connection, jobs: Table, events: Table, dependencies: Table
+    connection: Connection, jobs: Table, attempts: Table, events: Table, dependencies: Table
 ) -> list[tuple[str, int, str]]:
     """Every dependency-order violation, one per child (its first claim that broke it)."""
     d, e = dependencies.c, events.c
     claim = events.alias("claim")
+    claimer = attempts.alias("claimer")
     release = events.alias("release")
+    released = events.alias("released")
     before = events.alias("before")
+    finisher = attempts.alias("finisher")
+    # Every claim of a child: a written CLAIMED event, or an attempt row that stands
+    # for one (sqlq_orm.ops.stand_ins), which came right after event after_event_id.
+    # "bound" is the child's last event id before the claim.
+    all_claims = union_all(
+        select(
+            d.job_id,
+            d.depends_on_id.label("parent"),
+            d.on_parent_failure.label("policy"),
+            (claim.c.id - 1).label("bound"),
+            claim.c.id.label("claim_event"),
+        ).select_from(
+            dependencies.join(
+                claim, and_(claim.c.job_id == d.job_id, claim.c.event == Event.CLAIMED.value)
+            )
+        ),
+        select(
+            d.job_id,
+            d.depends_on_id.label("parent"),
+            d.on_parent_failure.label("policy"),
+            claimer.c.after_event_id.label("bound"),
+            null().label("claim_event"),
+        ).select_from(
+            dependencies.join(
+                claimer,
+                and_(claimer.c.job_id == d.job_id, claimer.c.after_event_id.is_not(None)),
+            )
+        ),
+    ).subquery("all_claims")
     # The event that last made the child ready before this claim (its enqueue, the
     # DEPENDENCIES_MET that released it, or a manual retry): the parents are judged
     # there, so a child released while its parent was finished may still run after
@@ -83,27 +118,13 @@ def order_problems(
     released_at = (
         select(func.max(release.c.id))
         .where(
-            release.c.job_id == d.job_id,
-            release.c.id < claim.c.id,
+            release.c.job_id == all_claims.c.job_id,
+            release.c.id <= all_claims.c.bound,
             release.c.event.in_(_RELEASES),
         )
         .scalar_subquery()
     )
-    claims = (
-        select(
-            d.job_id,
-            d.depends_on_id.label("parent"),
-            d.on_parent_failure.label("policy"),
-            claim.c.id.label("claim_event"),
-            released_at.label("release_event"),
-        )
-        .select_from(
-            dependencies.join(
-                claim, and_(claim.c.job_id == d.job_id, claim.c.event == Event.CLAIMED.value)
-            )
-        )
-        .subquery("claims")
-    )
+    claims = select(all_claims, released_at.label("release_event")).subquery("claims")
     last_move = (
         select(func.max(before.c.id))
         .where(
@@ -113,24 +134,53 @@ def order_problems(
         )
         .scalar_subquery()
     )
-    judged = select(claims, last_move.label("parent_event_id")).subquery("judged")
+    # A parent's SUCCEEDED that its attempt row stands for has no id; it is the
+    # parent's last event, so it came before the child's release if its time did.
+    succeeded_at = (
+        select(func.max(finisher.c.finished_at))
+        .where(
+            finisher.c.job_id == claims.c.parent,
+            finisher.c.after_event_id.is_not(None),
+            finisher.c.status == AttemptStatus.SUCCEEDED.value,
+        )
+        .scalar_subquery()
+    )
+    judged = select(
+        claims, last_move.label("parent_event_id"), succeeded_at.label("parent_succeeded_at")
+    ).subquery("judged")
     rows = connection.execute(
-        select(judged, e.event.label("parent_event"))
-        .select_from(judged.outerjoin(events, e.id == judged.c.parent_event_id))
-        .order_by(judged.c.job_id, judged.c.claim_event, judged.c.parent)
+        select(judged, e.event.label("parent_event"), released.c.ts.label("release_ts"))
+        .select_from(
+            judged.outerjoin(events, e.id == judged.c.parent_event_id).outerjoin(
+                released, released.c.id == judged.c.release_event
+            )
+        )
+        .order_by(judged.c.job_id, judged.c.bound, judged.c.parent)
     )
     problems: list[tuple[str, int, str]] = []
     reported: set[int] = set()
     for row in rows:
-        if row.job_id in reported or _settled(row.policy, row.parent_event):
+        parent_event = row.parent_event
+        if (
+            row.parent_succeeded_at is not None
+            and row.release_ts is not None
+            and row.parent_succeeded_at <= row.release_ts
+        ):
+            parent_event = Event.SUCCEEDED.value
+        if row.job_id in reported or _settled(row.policy, parent_event):
             continue
         reported.add(row.job_id)
-        after = row.parent_event or "nothing"
+        after = parent_event or "nothing"
+        claimed = (
+            f"event id {row.claim_event}"
+            if row.claim_event is not None
+            else f"after event id {row.bound}"
+        )
         problems.append(
             (
                 "dependent_started_after_parents_settled",
                 row.job_id,
-                f"claimed (event id {row.claim_event}), made ready by event id "
+                f"claimed ({claimed}), made ready by event id "
                 f"{row.release_event} while parent {row.parent} had last moved by {after} "
                 f"({row.policy} policy)",
             )

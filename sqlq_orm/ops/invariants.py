@@ -23,6 +23,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlq_orm.db.context import HasContext, QueueContext, context_of
 from sqlq_orm.errors import InvalidInput
 from sqlq_orm.ops import dependency_order
+from sqlq_orm.ops.stand_ins import event_names
 from sqlq_orm.schema.states import (
     ACTIVE,
     ANNOTATIONS,
@@ -136,7 +137,7 @@ def check(target: QueueContext | HasContext | Engine) -> list[Violation]:
         for name, query in _row_checks(tables.jobs, tables.attempts, tables.events):
             for row in connection.execute(query):
                 violations.append(Violation(name, row[0], _describe(row)))
-        violations.extend(_replay_events(connection, tables.jobs, tables.events))
+        violations.extend(_replay_events(connection, tables.jobs, tables.attempts, tables.events))
         violations.extend(_schedule_problems(connection, tables.events, tables.schedules))
         if tables.dependencies is not None:
             for name, query in _dependency_checks(tables.jobs, tables.dependencies):
@@ -144,7 +145,7 @@ def check(target: QueueContext | HasContext | Engine) -> list[Violation]:
                     violations.append(Violation(name, row[0], _describe(row)))
             found = [
                 *dependency_order.order_problems(
-                    connection, tables.jobs, tables.events, tables.dependencies
+                    connection, tables.jobs, tables.attempts, tables.events, tables.dependencies
                 ),
                 *dependency_order.count_problems(connection, tables.jobs, tables.dependencies),
             ]
@@ -418,9 +419,11 @@ def _dependency_checks(jobs: Table, dependencies: Table) -> list[tuple[str, Any]
     ]
 
 
-def _replay_events(connection: Connection, jobs: Table, events: Table) -> list[Violation]:
-    """Replay each job's timeline (in insertion order) through the transition table."""
-    j, e = jobs.c, events.c
+def _replay_events(
+    connection: Connection, jobs: Table, attempts: Table, events: Table
+) -> list[Violation]:
+    """Replay each job's timeline (in the order it happened) through the transition table."""
+    j = jobs.c
     violations: list[Violation] = []
     after = None
     while True:
@@ -431,19 +434,13 @@ def _replay_events(connection: Connection, jobs: Table, events: Table) -> list[V
         if not job_rows:
             return violations
         lowest, highest = job_rows[0].id, job_rows[-1].id
-        timelines: dict[int, list[str]] = {row.id: [] for row in job_rows}
-        # Ordered by id, not ts: a job's events are written under its row lock, so ids
-        # follow commit order even when a pinned clock moved backward.
-        event_rows = connection.execute(
-            select(e.job_id, e.event)
-            .where(e.job_id >= lowest, e.job_id <= highest)
-            .order_by(e.job_id, e.id)
-        )
-        for job_id, name in event_rows:
-            if job_id in timelines:
-                timelines[job_id].append(name)
+        # By id, not ts: a job's events are written under its row lock, so ids follow
+        # commit order even when a pinned clock moved backward (and the attempt rows
+        # that stand for events say after which event id: sqlq_orm.ops.stand_ins).
+        timelines = event_names(connection, attempts, events, lowest=lowest, highest=highest)
         for row in job_rows:
-            problem = replay_problem(timelines[row.id], row.status)
+            timeline = timelines.get(row.id, [])
+            problem = replay_problem(timeline, row.status)
             if problem is not None:
                 violations.append(Violation("events_follow_state_machine", row.id, problem))
         after = highest

@@ -10,6 +10,7 @@ never read.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,7 @@ from sqlq_orm.core import validation
 from sqlq_orm.db.context import HasContext, QueueContext, context_of
 from sqlq_orm.db.tables import Tables
 from sqlq_orm.errors import JobNotFound
+from sqlq_orm.ops.stand_ins import attempt_events, in_order
 from sqlq_orm.ops.stats.queries import HELD_VALUES
 from sqlq_orm.ops.stats.views import (
     DEFAULT_WORKER_STALE_SECONDS,
@@ -149,6 +151,8 @@ class TimelineQueries:
                 a.finished_at,
                 a.error_code,
                 a.error_detail,
+                a.after_event_id,
+                a.lease_seconds,
             )
             .where(a.job_id == job_id)
             .order_by(a.attempt)
@@ -158,7 +162,9 @@ class TimelineQueries:
         """On ``ix_*_job_ts`` (job_id, ts)."""
         e = self.tables.events.c
         return (
-            select(e.ts, e.event, e.actor, e.detail).where(e.job_id == job_id).order_by(e.ts, e.id)
+            select(e.id, e.ts, e.event, e.actor, e.detail)
+            .where(e.job_id == job_id)
+            .order_by(e.ts, e.id)
         )
 
     def worker(self, worker_id: str) -> Select[Any]:
@@ -250,6 +256,7 @@ def job_timeline(
             values["result"] = _decode(values["result"])
         app = {name: values.pop(name) for name in list(values) if name not in _JOB_VIEW_COLUMNS}
         job = JobView(**values, columns=app)
+        attempt_rows = connection.execute(q.attempts(job_id)).all()
         attempts = [
             AttemptView(
                 attempt=int(a.attempt),
@@ -263,12 +270,9 @@ def job_timeline(
                 error_code=a.error_code,
                 error_detail=a.error_detail,
             )
-            for a in connection.execute(q.attempts(job_id))
+            for a in attempt_rows
         ]
-        events = [
-            EventView(ts=int(e.ts), event=e.event, actor=e.actor, detail=_decode(e.detail))
-            for e in connection.execute(q.events(job_id))
-        ]
+        events = _events(connection.execute(q.events(job_id)).all(), attempt_rows)
         worker = None
         state = None
         if job.status in HELD_VALUES and job.claimed_by is not None:
@@ -307,3 +311,37 @@ def job_timeline(
         parents=related[0],
         children=related[1],
     )
+
+
+def _events(written: Sequence[Any], attempt_rows: Sequence[Any]) -> list[EventView]:
+    """The written events with those the attempt rows stand for, ordered by time (and
+    within one time as they happened: :mod:`sqlq_orm.ops.stand_ins`)."""
+
+    def view(e: Any) -> EventView:
+        return EventView(ts=e.ts, event=e.event, actor=e.actor, detail=e.detail)
+
+    stand_ins = []
+    for a in attempt_rows:
+        if a.after_event_id is None:
+            continue
+        begun, ended = attempt_events(
+            int(a.attempt), a.worker_id, a.status, a.started_at, a.finished_at, a.lease_seconds
+        )
+        stand_ins.append(
+            (
+                int(a.after_event_id),
+                int(a.attempt),
+                [view(e) for e in begun],
+                None if ended is None else view(ended),
+            )
+        )
+    written_views = [
+        (
+            int(e.id),
+            EventView(ts=int(e.ts), event=e.event, actor=e.actor, detail=_decode(e.detail)),
+        )
+        for e in written
+    ]
+    merged = in_order(written_views, stand_ins)
+    # Python's sort is stable: the order they happened in breaks ties of time.
+    return sorted(merged, key=lambda event: event.ts)

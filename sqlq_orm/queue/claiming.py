@@ -126,12 +126,11 @@ class Claiming(QueueCore):
                 self._recount_keys(connection, rows)
             leases = self._leases_from_rows(rows, worker_id, started=start)
             if not self.sql.history_in_one_statement:  # else the claim wrote them
-                # Attempt rows and events in SQL from the rows just claimed: one
-                # statement each for the whole batch.
+                # Attempt rows (which stand for the CLAIMED and STARTED events) or the
+                # CLAIMED events, in SQL from the rows just claimed: one statement.
                 history = {"p_ids": [lease.job_id for lease in leases], "p_lease_seconds": seconds}
                 if start:
                     self.sql.write(connection, self.sql.open_attempts_of_batch, history)
-                    self.sql.write(connection, self.sql.claim_and_start_events_of_batch, history)
                 else:
                     self.sql.write(connection, self.sql.claim_events_of_batch, history)
             if by_type:

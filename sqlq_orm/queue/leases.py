@@ -54,7 +54,7 @@ class LeaseCalls(FailureRecording):
 
     @retry_if_rolled_back
     def succeed(self, lease: Lease, result_ref: str | None = None, *, result: Any = None) -> None:
-        """Finish a RUNNING job as SUCCEEDED, close its attempt, write SUCCEEDED.
+        """Finish a RUNNING job as SUCCEEDED, close its attempt, record SUCCEEDED.
 
         ``result`` (JSON, capped at ``payload_max_bytes``) is stored with the job for
         :meth:`~sqlq_orm.Queue.result` and :meth:`~sqlq_orm.Queue.wait`; one that is not
@@ -78,13 +78,10 @@ class LeaseCalls(FailureRecording):
             if not rows:
                 raise LeaseLost(lease.job_id)
             self._close_attempt(connection, lease, AttemptStatus.SUCCEEDED, None, None)
-            self._write_events(
-                connection,
-                [
-                    self._event(
-                        lease.job_id, Event.SUCCEEDED, lease.worker_id, {"attempt": lease.attempt}
-                    )
-                ],
+            # The SUCCEEDED event, unless the attempt row stands for it (a claim that
+            # also started the job: sqlq_orm.ops.stand_ins).
+            self.sql.write(
+                connection, self.sql.succeeded_events_of_batch, {"p_ids": [lease.job_id]}
             )
             self._announce_finished(connection, [lease.job_id])
             woken: set[str] = set()
@@ -130,7 +127,8 @@ class LeaseCalls(FailureRecording):
                 rows, _ = self.sql.run_returning(connection, self.sql.succeed_batch, params)
                 done = {row[0] for row in rows}
                 if done:
-                    # Attempt closes and events in SQL from the rows just finished.
+                    # Attempt closes and (for attempts that do not stand for theirs)
+                    # SUCCEEDED events in SQL from the rows just finished.
                     history = {"p_ids": sorted(done)}
                     self.sql.write(connection, self.sql.close_succeeded_attempts_of_batch, history)
                     self.sql.write(connection, self.sql.succeeded_events_of_batch, history)

@@ -341,6 +341,17 @@ class JobAttemptMixin:
     status: Mapped[str] = mapped_column(String(16), default=AttemptStatus.RUNNING.value)
     error_code: Mapped[str | None] = mapped_column(String(ERROR_CODE_MAX))
     error_detail: Mapped[str | None] = mapped_column(String(ERROR_DETAIL_MAX))
+    # A worker's claim-and-start writes no CLAIMED, STARTED or SUCCEEDED event: this
+    # row holds all they said (issue 27: a third of a drained job's writes). Set on
+    # such rows only; sqlq_orm.ops.stand_ins reads the three events back from them.
+    after_event_id: Mapped[int | None] = mapped_column(BigInteger, sort_order=1)
+    """On a row that stands for its CLAIMED and STARTED events (both at ``started_at``)
+    and, once ``SUCCEEDED``, its SUCCEEDED event (at ``finished_at``): the id of the
+    job's last written event when it was claimed, which places the two in the
+    job's timeline. NULL on rows whose events are all in the events table."""
+    lease_seconds: Mapped[int | None] = mapped_column(Integer, sort_order=1)
+    """The claim's lease length, which its CLAIMED event reports (rows with
+    ``after_event_id`` only)."""
 
     @declared_attr
     def job_id(cls) -> Mapped[int]:

@@ -74,7 +74,7 @@ def job_state(queue, job_id):
         "attempt_count": job.attempt_count,
         "retry_count": job.retry_count,
         "attempts": [(a.attempt, a.status) for a in job.attempts],
-        "events": [e.event for e in job.events],
+        "events": [e.event for e in sqlq_orm.job_timeline(queue, job_id).events],
     }
 
 
@@ -411,7 +411,7 @@ def test_worker_whose_heartbeats_fail_for_a_whole_lease_never_reports_success(en
     assert worker.stats.succeeded == 0
     recorded = queue.get_job(job.id)
     assert [a.status for a in recorded.attempts] == ["RUNNING"]  # left for the sweeper
-    assert "SUCCEEDED" not in [e.event for e in recorded.events]
+    assert "SUCCEEDED" not in [e.event for e in sqlq_orm.job_timeline(queue, job.id).events]
     assert check(queue) == []
     worker_engine.dispose()
 
@@ -446,7 +446,8 @@ def test_succeed_rolled_back_by_a_lock_wait_timeout_runs_again_and_finishes_once
     assert timeouts == [1205]
     job = queue.get_job(lease.job_id)
     assert job.status == JobStatus.SUCCEEDED.value
-    assert [e.event for e in job.events].count("SUCCEEDED") == 1
+    events = sqlq_orm.job_timeline(queue, lease.job_id).events
+    assert [e.event for e in events].count("SUCCEEDED") == 1
     assert [(a.attempt, a.status) for a in job.attempts] == [(1, "SUCCEEDED")]
     assert check(queue) == []
     worker_queue.engine.dispose()

@@ -53,6 +53,15 @@ def succeeded_job(queue) -> int:
     return job.id
 
 
+def succeeded_job_with_written_events(queue) -> int:
+    """A job claimed, then started, then succeeded in three calls: every event of it is
+    in the events table (no attempt row stands for any: sqlq_orm.ops.stand_ins)."""
+    job = queue.enqueue("t")
+    (lease,) = queue.claim("worker-a")
+    queue.succeed(queue.start(lease))
+    return job.id
+
+
 def retried_then_succeeded_job(queue, clock) -> int:
     job = queue.enqueue("t")
     (lease,) = queue.claim("worker-a", start=True)
@@ -243,7 +252,8 @@ def test_missing_attempt_row_is_reported(engine, queue, clock):
     job_id = retried_then_succeeded_job(queue, clock)
     corrupt(engine, "DELETE FROM sqlq_job_attempts WHERE job_id = :id AND attempt = 1", id=job_id)
 
-    assert names(check(queue)) == {"attempts_numbered_1_to_n"}
+    # The row stood for attempt 1's CLAIMED and STARTED, so the timeline lost them too.
+    assert names(check(queue)) == {"attempts_numbered_1_to_n", "events_follow_state_machine"}
 
 
 def test_two_succeeded_attempts_are_reported(engine, queue, clock):
@@ -254,14 +264,20 @@ def test_two_succeeded_attempts_are_reported(engine, queue, clock):
         id=job_id,
     )
 
-    assert names(check(queue)) == {"at_most_one_succeeded_attempt", "succeeded_job_has_its_success"}
+    # The corrupted row also stands for a second SUCCEEDED in the timeline.
+    assert names(check(queue)) == {
+        "at_most_one_succeeded_attempt",
+        "succeeded_job_has_its_success",
+        "events_follow_state_machine",
+    }
 
 
 def test_succeeded_job_without_a_succeeded_attempt_is_reported(engine, queue):
     job_id = succeeded_job(queue)
     corrupt(engine, "UPDATE sqlq_job_attempts SET status = 'FAILED' WHERE job_id = :id", id=job_id)
 
-    assert names(check(queue)) == {"succeeded_job_has_its_success"}
+    # The row no longer stands for a SUCCEEDED: the timeline ends RUNNING.
+    assert names(check(queue)) == {"succeeded_job_has_its_success", "events_follow_state_machine"}
 
 
 def test_success_written_by_a_worker_not_holding_the_lease_is_reported(engine, queue):
@@ -293,7 +309,7 @@ def test_failed_job_with_a_succeeded_attempt_is_reported(engine, queue):
 
 
 def test_missing_finishing_event_is_reported(engine, queue):
-    job_id = succeeded_job(queue)
+    job_id = succeeded_job_with_written_events(queue)
     corrupt(
         engine, "DELETE FROM sqlq_job_events WHERE job_id = :id AND event = 'SUCCEEDED'", id=job_id
     )
@@ -305,7 +321,7 @@ def test_missing_finishing_event_is_reported(engine, queue):
 
 
 def test_event_not_allowed_from_the_replayed_state_is_reported(engine, queue):
-    job_id = succeeded_job(queue)
+    job_id = succeeded_job_with_written_events(queue)
     corrupt(
         engine,
         "INSERT INTO sqlq_job_events (job_id, ts, event, actor) VALUES (:id, 9, 'CLAIMED', 'w')",

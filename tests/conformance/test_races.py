@@ -46,7 +46,7 @@ def attempts_of(queue, job_id):
 
 
 def events_of(queue, job_id):
-    return [e.event for e in queue.get_job(job_id).events]
+    return [e.event for e in sqlq_orm.job_timeline(queue, job_id).events]
 
 
 def expired_running_lease(queue, clock):

@@ -7,6 +7,7 @@ import sqlalchemy
 
 import sqlq_orm
 from sqlq_orm import InvalidInput, InvalidTransition
+from sqlq_orm.ops.timeline import job_timeline
 
 
 def _rows(engine: sqlalchemy.engine.Engine, sql: str) -> list[tuple]:
@@ -27,13 +28,34 @@ def test_succeed_many_finishes_every_held_job_with_its_attempt_and_event(
     assert _rows(engine, "SELECT status, count(*) FROM sqlq_job_attempts GROUP BY status") == [
         ("SUCCEEDED", 3)
     ]
-    assert _rows(
-        engine, "SELECT count(*) FROM sqlq_job_events WHERE event = 'SUCCEEDED' AND actor = 'w1'"
-    ) == [(3,)]
+    for lease in leases:  # the attempt rows stand for the SUCCEEDED events
+        (succeeded,) = [
+            e for e in job_timeline(queue, lease.job_id).events if e.event == "SUCCEEDED"
+        ]
+        assert (succeeded.actor, succeeded.detail) == ("w1", {"attempt": 1})
+    assert _rows(engine, "SELECT count(*) FROM sqlq_job_events WHERE event = 'SUCCEEDED'") == [(0,)]
     assert _rows(
         engine,
         "SELECT count(*) FROM sqlq_jobs WHERE lease_token IS NOT NULL OR finished_at IS NULL",
     ) == [(0,)]
+
+
+def test_succeed_many_writes_the_succeeded_events_of_jobs_started_on_their_own(
+    queue: sqlq_orm.Queue, engine: sqlalchemy.engine.Engine
+) -> None:
+    # Claimed, then started: these attempt rows stand for no event, so each SUCCEEDED
+    # is written, next to the CLAIMED and STARTED.
+    queue.enqueue_many([{"type": "noop"}] * 2)
+    leases = [queue.start(lease) for lease in queue.claim("w1", limit=2)]
+
+    assert queue.succeed_many(leases) == []
+
+    assert _rows(
+        engine, "SELECT count(*) FROM sqlq_job_events WHERE event = 'SUCCEEDED' AND actor = 'w1'"
+    ) == [(2,)]
+    for lease in leases:
+        names = [e.event for e in job_timeline(queue, lease.job_id).events]
+        assert names == ["ENQUEUED", "CLAIMED", "STARTED", "SUCCEEDED"]
 
 
 def test_succeed_many_returns_a_reclaimed_lease_and_writes_nothing_for_it(

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -22,6 +23,7 @@ import pytest
 from sqlalchemy import event, func, select
 from sqlalchemy.engine import Engine
 
+from sqlq_orm.ops import stand_ins
 from sqlq_orm.schema.models import Job, JobAttempt, JobEvent
 from sqlq_orm.schema.states import (
     ANNOTATIONS,
@@ -49,18 +51,53 @@ def snapshot(engine: Engine, job_id: int) -> dict[str, Any]:
         attempt_rows = connection.execute(
             select(attempts).where(attempts.c.job_id == job_id).order_by(attempts.c.attempt)
         ).mappings()
+        attempt_dicts = [dict(row) for row in attempt_rows]
         event_rows = connection.execute(
             select(events).where(events.c.job_id == job_id).order_by(events.c.id)
         ).mappings()
         return {
             "job": dict(job),
-            "attempts": [dict(row) for row in attempt_rows],
-            "events": [dict(row) for row in event_rows],
+            "attempts": attempt_dicts,
+            "events": _timeline_rows([dict(row) for row in event_rows], attempt_dicts),
         }
 
 
+def _timeline_rows(written: list[dict[str, Any]], attempts: list[dict[str, Any]]) -> list[Any]:
+    """The written event rows with those the attempt rows stand for (as rows with no
+    id and their detail as the JSON text it would have been written with)."""
+
+    def row(job_id: int, e: stand_ins.DerivedEvent) -> dict[str, Any]:
+        detail = json.dumps(e.detail, separators=(",", ":"))
+        return {"id": None, "job_id": job_id, "ts": e.ts, "event": e.event, "actor": e.actor,
+                "detail": detail}  # fmt: skip
+
+    stood_for = []
+    for a in attempts:
+        if a["after_event_id"] is None:
+            continue
+        begun, ended = stand_ins.attempt_events(
+            a["attempt"], a["worker_id"], a["status"], a["started_at"], a["finished_at"],
+            a["lease_seconds"],
+        )  # fmt: skip
+        job_id = a["job_id"]
+        stood_for.append(
+            (a["after_event_id"], a["attempt"], [row(job_id, e) for e in begun],
+             None if ended is None else row(job_id, ended))
+        )  # fmt: skip
+    return stand_ins.in_order([(r["id"], r) for r in written], stood_for)
+
+
 def event_names(engine: Engine, job_id: int) -> list[str]:
-    """The job's timeline as event names, oldest first."""
+    """The job's timeline as event names, oldest first (written events and those its
+    attempt rows stand for: sqlq_orm.ops.stand_ins)."""
+    with engine.connect() as connection:
+        return stand_ins.event_names(
+            connection, JobAttempt.__table__, JobEvent.__table__, lowest=job_id, highest=job_id
+        ).get(job_id, [])
+
+
+def written_event_names(engine: Engine, job_id: int) -> list[str]:
+    """Only the events written to the events table for the job, by id."""
     events = JobEvent.__table__
     with engine.connect() as connection:
         return list(
@@ -85,14 +122,10 @@ def attempt_rows(engine: Engine, job_id: int) -> list[tuple[int, str, str | None
 
 
 def count_events(engine: Engine, name: str) -> int:
-    """How many events called ``name`` the database holds, over all jobs."""
-    events = JobEvent.__table__
+    """How many events called ``name`` the timelines hold, over all jobs."""
     with engine.connect() as connection:
-        return int(
-            connection.execute(
-                select(func.count()).select_from(events).where(events.c.event == name)
-            ).scalar_one()
-        )
+        timelines = stand_ins.event_names(connection, JobAttempt.__table__, JobEvent.__table__)
+    return sum(names.count(name) for names in timelines.values())
 
 
 def job_row(engine: Engine, job_id: int) -> Any:
@@ -146,14 +179,11 @@ def assert_histories_are_legal(engine: Engine) -> int:
 
     Returns how many jobs were checked, so callers can assert it was not zero.
     """
-    jobs, events = Job.__table__, JobEvent.__table__
+    jobs = Job.__table__
     with engine.connect() as connection:
         statuses = dict(connection.execute(select(jobs.c.id, jobs.c.status)).all())
-        timelines: dict[int, list[str]] = {job_id: [] for job_id in statuses}
-        for job_id, name in connection.execute(
-            select(events.c.job_id, events.c.event).order_by(events.c.id)
-        ):
-            timelines[job_id].append(name)
+        found = stand_ins.event_names(connection, JobAttempt.__table__, JobEvent.__table__)
+        timelines = {job_id: found.get(job_id, []) for job_id in statuses}
     for job_id, timeline in timelines.items():
         assert replay(timeline).value == statuses[job_id], (
             f"job {job_id}: timeline {timeline} ends elsewhere than its status {statuses[job_id]}"

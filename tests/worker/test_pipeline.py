@@ -8,14 +8,14 @@ from typing import Any
 
 from sqlalchemy import event
 
-from sqlq_orm import HandlerRegistry, JobContext, Worker
+from sqlq_orm import HandlerRegistry, JobContext, Worker, job_timeline
 from tests.support.worker_helpers import job_row, running, status_is, wait_until
 
 FAST = {"poll_interval": 0.05, "sweep_interval": None, "install_signal_handlers": False}
 
 
 def events_of(queue, job_id: int) -> list[str]:
-    return [e.event for e in job_row(queue, job_id).events]
+    return [e.event for e in job_timeline(queue, job_id).events]
 
 
 def test_handler_threads_are_reused_not_started_per_job(queue):

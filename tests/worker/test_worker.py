@@ -26,7 +26,8 @@ FAST = {"poll_interval": 0.05, "sweep_interval": None, "install_signal_handlers"
 
 
 def events_of(queue: sqlq_orm.Queue, job_id: int) -> list[str]:
-    return [e.event for e in job_row(queue, job_id).events]
+    """The job's timeline (a worker's attempt rows stand for CLAIMED, STARTED, SUCCEEDED)."""
+    return [e.event for e in sqlq_orm.job_timeline(queue, job_id).events]
 
 
 def burst(queue: sqlq_orm.Queue, registry: HandlerRegistry, **options) -> sqlq_orm.WorkerStats:

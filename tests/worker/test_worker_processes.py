@@ -53,7 +53,7 @@ def test_job_of_a_sigkilled_worker_is_recovered_and_succeeds_on_another(
         (1, "worker-a", "FAILED", "LEASE:EXPIRED"),
         (2, "worker-b", "SUCCEEDED", None),
     ]
-    assert [(e.event, e.actor) for e in row.events] == [
+    assert [(e.event, e.actor) for e in sqlq_orm.job_timeline(live_queue, job.id).events] == [
         ("ENQUEUED", "system"),
         ("CLAIMED", "worker-a"),
         ("STARTED", "worker-a"),
@@ -88,7 +88,8 @@ def test_worker_stopped_past_its_lease_cannot_report_after_another_finished_the_
         ("worker-a", "FAILED"),
         ("worker-b", "SUCCEEDED"),
     ]
-    assert [e.actor for e in row.events if e.event == "SUCCEEDED"] == ["worker-b"]
+    events = sqlq_orm.job_timeline(live_queue, job.id).events
+    assert [e.actor for e in events if e.event == "SUCCEEDED"] == ["worker-b"]
 
 
 def test_sigterm_lets_quick_jobs_finish_releases_slow_ones_and_deregisters(

@@ -15,14 +15,13 @@ from typing import Any
 from sqlalchemy import (
     Integer,
     String,
+    and_,
     bindparam,
-    case,
     cast,
+    func,
     insert,
     literal,
     select,
-    true,
-    union_all,
 )
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -60,9 +59,7 @@ class HistoryStatements(StatementGroup):
             .where(j.id.in_(bindparam("p_ids", expanding=True)))
             .subquery("batch")
         )
-        self.open_attempts_of_batch, self.claim_and_start_events_of_batch = self.claim_history(
-            batch, start=True
-        )
+        (self.open_attempts_of_batch,) = self.claim_history(batch, start=True)
         (self.claim_events_of_batch,) = self.claim_history(batch, start=False)
         self.close_succeeded_attempts_of_batch, self.succeeded_events_of_batch = (
             self.success_history(batch)
@@ -80,7 +77,8 @@ class HistoryStatements(StatementGroup):
         return select(*changed.c).add_cte(*writes)
 
     def claim_history(self, source: Any, *, start: bool) -> list[Any]:
-        """The claim's history: (attempt opened, CLAIMED + STARTED) or (CLAIMED)."""
+        """The claim's history: (attempt opened, standing for CLAIMED + STARTED) or
+        (CLAIMED)."""
         attempts, events = self.tables.attempts, self.tables.events
         s = source.c
         now = self.now
@@ -99,29 +97,37 @@ class HistoryStatements(StatementGroup):
                     ).order_by(s.id),
                 )
             ]
+        # One row, no events: the row stands for CLAIMED and STARTED (and, later,
+        # SUCCEEDED), placed after the job's last written event (sqlq_orm.ops.stand_ins).
+        e = events.c
+        last_event = (
+            select(func.coalesce(func.max(e.id), 0)).where(e.job_id == s.id).scalar_subquery()
+        )
         opened = insert(attempts).from_select(
-            ["job_id", "attempt", "worker_id", "started_at", "status"],
-            select(s.id, s.attempt_count, s.claimed_by, now, literal(AttemptStatus.RUNNING.value)),
+            [
+                "job_id",
+                "attempt",
+                "worker_id",
+                "started_at",
+                "status",
+                "after_event_id",
+                "lease_seconds",
+            ],
+            select(
+                s.id,
+                s.attempt_count,
+                s.claimed_by,
+                now,
+                literal(AttemptStatus.RUNNING.value),
+                last_event,
+                lease_seconds,
+            ),
         )
-        kinds = union_all(
-            select(literal(1, Integer).label("ord"), literal(Event.CLAIMED.value).label("event")),
-            select(literal(2, Integer).label("ord"), literal(Event.STARTED.value).label("event")),
-        ).subquery("kinds")
-        detail = case(
-            # CLAIMED: {"attempt":N,"lease_seconds":S}; STARTED: {"attempt":N}
-            (kinds.c.ord == 1, _json_attempt(s.attempt_count, ("lease_seconds", lease_seconds))),
-            else_=_json_attempt(s.attempt_count),
-        )
-        logged = insert(events).from_select(
-            _EVENT_COLUMNS,
-            select(s.id, now, kinds.c.event, s.claimed_by, detail)
-            .select_from(source.join(kinds, true()))
-            .order_by(s.id, kinds.c.ord),
-        )
-        return [opened, logged]
+        return [opened]
 
     def success_history(self, source: Any) -> list[Any]:
-        """A success's history: the attempt closed SUCCEEDED, a SUCCEEDED event."""
+        """A success's history: the attempt closed SUCCEEDED, and a SUCCEEDED event
+        unless the attempt row stands for it."""
         attempts, events = self.tables.attempts, self.tables.events
         s, a = source.c, attempts.c
         now = self.now
@@ -149,6 +155,8 @@ class HistoryStatements(StatementGroup):
                 "error_detail": None,
             },
         )
+        # Only attempts whose events are all written (opened by start() alone, or
+        # before sqlq_0013) get a SUCCEEDED event; the others stand for theirs.
         logged = insert(events).from_select(
             _EVENT_COLUMNS,
             select(
@@ -157,7 +165,12 @@ class HistoryStatements(StatementGroup):
                 literal(Event.SUCCEEDED.value),
                 s.claimed_by,
                 _json_attempt(s.attempt_count),
-            ).order_by(s.id),
+            )
+            .select_from(
+                source.outerjoin(attempts, and_(a.job_id == s.id, a.attempt == s.attempt_count))
+            )
+            .where(a.after_event_id.is_(None))
+            .order_by(s.id),
         )
         return [closed, logged]
 
