@@ -105,6 +105,7 @@ class RawSqliteQueue:
         self.select_rate_limited = prepare(sql.select_rate_limited)
         self.succeed_sql = prepare(sql.succeed)
         self.close_attempt = prepare(sql.close_attempt_upsert)
+        self.succeeded_events_of_batch = prepare(sql.succeeded_events_of_batch)
         self.default_max_retries = sql.default_max_retries
         engine.dispose()
 
@@ -292,10 +293,8 @@ class RawSqliteQueue:
                     "p_detail": None,
                 },
             )
-            self._run(
-                self.insert_event,
-                self._event(lease.job_id, "SUCCEEDED", worker_id, {"attempt": lease.attempt}),
-            )
+            # SUCCEEDED unless the attempt row stands for it (sqlq_orm.ops.stand_ins).
+            self._run(self.succeeded_events_of_batch, {"p_ids": [lease.job_id]})
             self._plain("COMMIT")
         except BaseException:
             self.connection.rollback()
