@@ -360,6 +360,42 @@ def test_upgrade_to_rate_limits_with_jobs_in_place_keeps_them_and_limits(db_url,
     assert held.created
 
 
+def test_upgrade_to_stand_in_attempts_keeps_old_timelines_and_the_downgrade_writes_events_out(
+    db_url, clock
+):
+    before = ScriptDirectory.from_config(migrate.config()).get_revision("sqlq_0013").down_revision
+    migrate.upgrade(db_url, str(before))
+    seed_0001_history(db_url)  # jobs 1 and 2 SUCCEEDED (every event written), job 3 QUEUED
+
+    migrate.upgrade(db_url)
+
+    assert migrate.check(db_url) == []
+    engine = sqlq_orm.create_engine(db_url)
+    queue = sqlq_orm.Queue(engine, clock=clock)
+    old = ["ENQUEUED", "CLAIMED", "STARTED", "SUCCEEDED"]
+    assert [e.event for e in sqlq_orm.job_timeline(queue, 1).events] == old
+    (lease,) = queue.claim("w", start=True, lease_seconds=30)  # job 3, a stand-in row
+    queue.succeed(lease)
+    shown = [(e.event, e.actor, e.detail) for e in sqlq_orm.job_timeline(queue, 3).events]
+    assert count(db_url, JobEvent) == 9  # nothing written for job 3's run
+    assert sqlq_orm.invariants.check(queue) == []
+    engine.dispose()
+
+    migrate.downgrade(db_url, str(before))
+
+    assert count(db_url, JobEvent) == 9 + 3
+    url = sqlalchemy.make_url(db_url)
+    with sqlalchemy.create_engine(url).connect() as connection:
+        rows = connection.execute(
+            sqlalchemy.text(
+                "SELECT event, actor, detail FROM sqlq_job_events WHERE job_id = 3 ORDER BY id"
+            )
+        ).all()
+    assert [(event, actor, json.loads(detail or "null")) for event, actor, detail in rows] == shown
+    migrate.upgrade(db_url)
+    assert migrate.check(db_url) == []
+
+
 def test_upgrade_to_json_payloads_with_jobs_in_place_keeps_every_payload(db_url, clock):
     before = ScriptDirectory.from_config(migrate.config()).get_revision("sqlq_0010").down_revision
     migrate.upgrade(db_url, str(before))
