@@ -37,6 +37,11 @@ class Lease:
     columns: dict[str, Any] = field(default_factory=dict)
     """Values of the columns the host app added to its job model, by name."""
     last_heartbeat_event: float = field(default=0.0, repr=False, compare=False)
+    row_stands_for_events: bool = field(default=False, repr=False, compare=False)
+    """True when the claim also started the job: its attempt row stands for its
+    CLAIMED, STARTED and SUCCEEDED events (:mod:`sqlq_orm.ops.stand_ins`), so a success
+    need not look for a SUCCEEDED event to write. False (the safe default) makes the
+    success check the row."""
 
     @property
     def payload(self) -> Any:

@@ -287,6 +287,7 @@ class Claiming(QueueCore):
                     lease_expires_at=v[at[10]],
                     deadline_at=v[at[11]],
                     started=started,
+                    row_stands_for_events=started,
                     columns={
                         column.key: v[i]
                         for column, i in zip(app_columns, at[len(_LEASE_COLUMNS) :], strict=True)

@@ -80,9 +80,9 @@ class LeaseCalls(FailureRecording):
             self._close_attempt(connection, lease, AttemptStatus.SUCCEEDED, None, None)
             # The SUCCEEDED event, unless the attempt row stands for it (a claim that
             # also started the job: sqlq_orm.ops.stand_ins).
-            self.sql.write(
-                connection, self.sql.succeeded_events_of_batch, {"p_ids": [lease.job_id]}
-            )
+            if not lease.row_stands_for_events:
+                history = {"p_ids": [lease.job_id]}
+                self.sql.write(connection, self.sql.succeeded_events_of_batch, history)
             self._announce_finished(connection, [lease.job_id])
             woken: set[str] = set()
             if any(tuple(rows[0])[1:]):  # has_dependents, where the models have dependencies
@@ -118,10 +118,16 @@ class LeaseCalls(FailureRecording):
         pairs = [(lease.job_id, lease.token) for lease in by_id.values()]
         params = {"p_ids": list(by_id), "p_pairs": pairs}
         woken: set[str] = set()
+        stand_ins = all(lease.row_stands_for_events for lease in by_id.values())
         with self._write() as connection:
-            if self.sql.succeed_batch_with_history is not None:
+            statement = (
+                self.sql.succeed_stand_ins_with_history
+                if stand_ins
+                else self.sql.succeed_batch_with_history
+            )
+            if statement is not None:
                 # One statement: the finish, the attempt closes and the events.
-                rows = connection.execute(self.sql.succeed_batch_with_history, params).all()
+                rows = connection.execute(statement, params).all()
                 done = {row[0] for row in rows}
             else:
                 rows, _ = self.sql.run_returning(connection, self.sql.succeed_batch, params)
@@ -131,7 +137,8 @@ class LeaseCalls(FailureRecording):
                     # SUCCEEDED events in SQL from the rows just finished.
                     history = {"p_ids": sorted(done)}
                     self.sql.write(connection, self.sql.close_succeeded_attempts_of_batch, history)
-                    self.sql.write(connection, self.sql.succeeded_events_of_batch, history)
+                    if not stand_ins:
+                        self.sql.write(connection, self.sql.succeeded_events_of_batch, history)
             self._announce_finished(connection, sorted(done))
             # The statement said which jobs have children: a batch without any is done.
             parents = [row[0] for row in rows if self.sql.has_dependencies and row[3]]

@@ -109,3 +109,20 @@ def test_succeed_many_refuses_the_same_job_twice_and_writes_nothing(
         queue.succeed_many([lease, lease])
 
     assert queue.counts_by_status()["RUNNING"] == 1
+
+
+def test_succeed_many_of_a_mixed_batch_writes_only_the_events_no_row_stands_for(
+    queue: sqlq_orm.Queue, engine: sqlalchemy.engine.Engine
+) -> None:
+    queue.enqueue_many([{"type": "noop"}] * 2)
+    (claimed,) = queue.claim("w1")
+    (running,) = queue.claim("w1", start=True)
+
+    assert queue.succeed_many([queue.start(claimed), running]) == []
+
+    assert _rows(engine, "SELECT job_id FROM sqlq_job_events WHERE event = 'SUCCEEDED'") == [
+        (claimed.job_id,)
+    ]
+    for lease in (claimed, running):
+        names = [e.event for e in job_timeline(queue, lease.job_id).events]
+        assert names == ["ENQUEUED", "CLAIMED", "STARTED", "SUCCEEDED"]

@@ -163,6 +163,13 @@ class LeasesStatements(HistoryStatements, DependencyStatements):
             if self.dialect.history_in_one_statement
             else None
         )
+        # ... and for a batch whose attempt rows all stand for their SUCCEEDED events
+        # (every lease claimed with start=True): the attempt closes alone.
+        self.succeed_stand_ins_with_history = (
+            self.with_history(self.succeed_batch, lambda rows: self.success_history(rows)[:1])
+            if self.dialect.history_in_one_statement
+            else None
+        )
         self.requeue_for_retry = self.returning_update(
             self.update_by_id(jobs)
             .where(guard, seen)
