@@ -50,6 +50,33 @@ def _index(table: str, index: str) -> Callable[[Connection], bool]:
     return probe
 
 
+def _partial_index(table: str, index: str) -> Callable[[Connection], bool]:
+    # sqlq_0014 makes indexes partial where the database has partial indexes (SQLite,
+    # PostgreSQL); elsewhere it has nothing to do.
+    def probe(connection: Connection) -> bool:
+        dialect = connection.dialect.name
+        if dialect == "sqlite":
+            found = connection.execute(
+                sqlalchemy.text(
+                    "SELECT sql FROM sqlite_master WHERE type = 'index' AND name = :name"
+                ),
+                {"name": index},
+            ).scalar()
+        elif dialect == "postgresql":
+            found = connection.execute(
+                sqlalchemy.text(
+                    "SELECT indexdef FROM pg_indexes WHERE indexname = :name"
+                    " AND tablename = :table AND schemaname = current_schema()"
+                ),
+                {"name": index, "table": table},
+            ).scalar()
+        else:
+            return True
+        return found is not None and " WHERE " in str(found).upper()
+
+    return probe
+
+
 def _job_ids_kept(connection: Connection) -> bool:
     # sqlq_0005 changes SQLite only (AUTOINCREMENT); elsewhere it has nothing to do.
     return not backend_for(connection.dialect).autoincrement_missing(connection, "sqlq_jobs")
@@ -77,6 +104,7 @@ PROBES: dict[str, Callable[[Connection], bool]] = {
     "sqlq_0011": _column("sqlq_jobs", "rate_started_at"),
     "sqlq_0012": _index("sqlq_jobs", "ix_sqlq_jobs_status_type"),
     "sqlq_0013": _column("sqlq_job_attempts", "after_event_id"),
+    "sqlq_0014": _partial_index("sqlq_jobs", "ix_sqlq_jobs_finished"),
 }
 """sqlq revision -> whether the schema has what it made (sqlq's default table names)."""
 

@@ -67,6 +67,11 @@ HELD_LEASE = "lease_expires_at IS NOT NULL"
 """The partial ``ix_*_lease``'s predicate: exactly the held jobs (CLAIMED, RUNNING)."""
 HAS_DEADLINE = "deadline_at IS NOT NULL"
 """The partial ``ix_*_deadline``'s predicate: running jobs with a max runtime."""
+HAS_FINISHED = "finished_at IS NOT NULL"
+"""The partial ``ix_*_finished``'s predicate: finished jobs (SUCCEEDED, FAILED, CANCELLED)."""
+HAS_ERROR_CODE = "error_code IS NOT NULL"
+"""The partial ``ix_*_failed_code``'s predicate: jobs whose last run failed (the code is
+kept until a success clears it)."""
 
 
 MYSQL_TABLE_OPTIONS: dict[str, str] = {
@@ -272,10 +277,26 @@ class JobMixin:
                 sqlite_where=text(HAS_DEADLINE),
                 postgresql_where=text(HAS_DEADLINE),
             ),
-            # failure Top-N: WHERE status = 'FAILED' GROUP BY error_code
-            Index(conv(f"ix_{t}_failed_code"), "status", "error_code"),
-            # retention: WHERE status = ? AND finished_at < cutoff
-            Index(conv(f"ix_{t}_finished"), "status", "finished_at"),
+            # failure Top-N: WHERE status = 'FAILED' AND error_code IS NOT NULL GROUP BY
+            # error_code. Partial (sqlq_0014): a job enters it with its first failure
+            # and leaves it on success, so enqueues and claims never touch it.
+            Index(
+                conv(f"ix_{t}_failed_code"),
+                "status",
+                "error_code",
+                sqlite_where=text(HAS_ERROR_CODE),
+                postgresql_where=text(HAS_ERROR_CODE),
+            ),
+            # retention: WHERE status = ? AND finished_at < cutoff. Partial likewise:
+            # only a finished job has finished_at (an invariant `sqlq check` holds), so
+            # a queued or running one is not in it.
+            Index(
+                conv(f"ix_{t}_finished"),
+                "status",
+                "finished_at",
+                sqlite_where=text(HAS_FINISHED),
+                postgresql_where=text(HAS_FINISHED),
+            ),
             # per-type stats: GROUP BY status, type; the retry distribution: WHERE status
             # IN (...) GROUP BY type, retry_count, status (covered: no row is read); a
             # bulk action's count: WHERE status = ? AND type = ?.

@@ -187,11 +187,13 @@ class StatsQueries:
 
     # Q4 ------------------------------------------------------------------------
     def failed_by_code(self) -> Select[Any]:
-        """Covered by ``ix_*_failed_code`` (status, error_code)."""
+        """Covered by the partial ``ix_*_failed_code`` (status, error_code), whose
+        predicate the WHERE repeats: every FAILED job has a code (``fail`` requires
+        one; the sweeper's and the dependency cascade's are fixed)."""
         j = self.tables.jobs.c
         return (
             select(j.error_code, func.count())
-            .where(j.status == JobStatus.FAILED.value)
+            .where(j.status == JobStatus.FAILED.value, j.error_code.is_not(None))
             .group_by(j.error_code)
         )
 
@@ -252,9 +254,10 @@ class StatsQueries:
 
     # Q5 ------------------------------------------------------------------------
     def oldest_finished(self, status: str) -> Select[Any]:
-        """``min(finished_at)`` is the first entry of ``ix_*_finished`` for the status."""
+        """``min(finished_at)`` is the first entry of the partial ``ix_*_finished`` for
+        the status (``min`` skips NULLs, so its predicate changes no answer)."""
         j = self.tables.jobs.c
-        return select(func.min(j.finished_at)).where(j.status == status)
+        return select(func.min(j.finished_at)).where(j.status == status, j.finished_at.is_not(None))
 
     def due_for_prune(self, status: str, cutoff: int) -> Select[Any]:
         """Exactly what ``prune`` would delete, counted on ``ix_*_finished``."""
