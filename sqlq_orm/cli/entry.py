@@ -37,28 +37,26 @@ def _describe(exc: BaseException, db: str | None) -> str:
         return str(exc)
     if isinstance(exc, OperationalError):
         return f"cannot use the database {shown_url(database_url(db))}: {_first_line(exc)}"
-    if _is_alembic_error(exc):
+    if isinstance(exc, _alembic_errors()):
         return f"migration failed: {_first_line(exc)}"
     if isinstance(exc, INPUT_ERRORS):
         return f"cannot use this input ({type(exc).__name__}): {_first_line(exc)}"
     return f"database error: {_first_line(exc)}"
 
 
-def _is_alembic_error(exc: BaseException) -> bool:
-    """An Alembic ``CommandError`` (Alembic is loaded only by the commands that migrate
-    or check a revision; if it is not loaded, none was raised)."""
+def _alembic_errors() -> tuple[type[BaseException], ...]:
+    """Alembic's ``CommandError``, if Alembic is loaded: only the commands that migrate
+    or check a revision import it, and no other command can have raised it."""
     util = sys.modules.get("alembic.util")
-    return util is not None and isinstance(exc, util.CommandError)
+    return () if util is None else (util.CommandError,)
 
 
 def _caught() -> tuple[type[BaseException], ...]:
     """What a command may raise that is shown as one line: ours, the database's,
-    Alembic's (when loaded), and input out of the ordinary."""
+    Alembic's, and input out of the ordinary."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    util = sys.modules.get("alembic.util")
-    alembic_errors = () if util is None else (util.CommandError,)
-    return (SqlqError, SQLAlchemyError, *alembic_errors, *INPUT_ERRORS)
+    return (SqlqError, SQLAlchemyError, *_alembic_errors(), *INPUT_ERRORS)
 
 
 def _printable(argument: str) -> str:
