@@ -10,18 +10,18 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import sqlalchemy
-from sqlalchemy.engine import Engine
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError
-
-from sqlq_orm.core.backoff import RetryPolicy
-from sqlq_orm.db.engine import create_engine
-from sqlq_orm.db.tables import Models
 from sqlq_orm.errors import SqlqError
-from sqlq_orm.migrate import check_schema_revision, current, upgrade
-from sqlq_orm.queue.queue import Queue
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+    from sqlq_orm.db.tables import Models
+    from sqlq_orm.queue.queue import Queue
+
+# SQLAlchemy, the queue and Alembic are imported inside the functions that use them:
+# the parser reads this module's names, and ``sqlq --help`` needs none of them.
 
 DEFAULT_DB_URL = "sqlite:///sqlq.db"
 DB_ENV_VAR = "SQLQ_DATABASE_URL"
@@ -57,6 +57,9 @@ def require_existing_sqlite_file(url: str) -> None:
     """Refuse a SQLite URL whose file does not exist: connecting would create an empty
     database there (a mistyped path), which only ``sqlq migrate`` and ``sqlq demo``
     should do."""
+    import sqlalchemy
+    from sqlalchemy.exc import ArgumentError
+
     try:
         parsed = sqlalchemy.make_url(url)
     except ArgumentError:
@@ -75,6 +78,9 @@ def require_existing_sqlite_file(url: str) -> None:
 
 def shown_url(url: str) -> str:
     """The URL as it may be printed: password hidden (quoted as is if it does not parse)."""
+    import sqlalchemy
+    from sqlalchemy.exc import ArgumentError
+
     try:
         return sqlalchemy.make_url(url).render_as_string(hide_password=True)
     except ArgumentError:
@@ -83,6 +89,9 @@ def shown_url(url: str) -> str:
 
 def _dialect(url: str) -> str:
     """The URL's ``dialect+driver`` part, e.g. ``mysql`` or ``postgresql+asyncpg``."""
+    import sqlalchemy
+    from sqlalchemy.exc import ArgumentError
+
     try:
         return sqlalchemy.make_url(url).drivername
     except ArgumentError:
@@ -112,6 +121,10 @@ def pooling_options() -> dict[str, Any]:
 def open_engine(db: str | None, **kwargs: Any) -> Engine:
     """An engine for the chosen database, with a clear error for a bad URL (behind a
     transaction pooler when the environment says so: :func:`pooling_options`)."""
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    from sqlq_orm.db.engine import create_engine
+
     url = database_url(db)
     try:
         return create_engine(url, **{**pooling_options(), **kwargs})
@@ -138,6 +151,8 @@ def open_engine(db: str | None, **kwargs: Any) -> Engine:
 def migrate_schema(engine: Engine) -> str:
     """Bring the schema to the newest revision with the packaged Alembic migrations
     (the tables in ``$SQLQ_SCHEMA`` when it is set)."""
+    from sqlq_orm.migrate import current, upgrade
+
     schema = schema_option()
     upgrade(engine, schema=schema)
     where = "" if schema is None else f" in schema {schema}"
@@ -153,6 +168,8 @@ def load_models(spec: str | None) -> Models | None:
     ``NAME`` is a :class:`~sqlq_orm.Models`; None (no option, no variable) means the
     library's own models. The working directory is importable, as for ``python -m``.
     """
+    from sqlq_orm.db.tables import Models
+
     spec = spec or os.environ.get(MODELS_ENV_VAR)
     if not spec:
         return None
@@ -191,6 +208,11 @@ def open_queue(
     nothing had. Read-only commands and the database's upkeep pass False. ``models``
     names the app's :class:`~sqlq_orm.Models` (see :func:`load_models`).
     """
+    import sqlalchemy
+
+    from sqlq_orm.core.backoff import RetryPolicy
+    from sqlq_orm.queue.queue import Queue
+
     require_existing_sqlite_file(database_url(db))
     engine = open_engine(db, **engine_kwargs)
     retry_policy = None
@@ -212,6 +234,9 @@ def open_queue(
             "run `sqlq migrate` first"
         )
     if refuse_newer_schema:
+        # Alembic, only for the commands that run or change jobs.
+        from sqlq_orm.migrate import check_schema_revision
+
         check_schema_revision(engine, schema=queue.context.schema)
     queue.check_schema()  # tables or columns missing: the revision or command to run
     return queue

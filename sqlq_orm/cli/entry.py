@@ -13,14 +13,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from alembic.util import CommandError as AlembicCommandError
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
-
-from sqlq_orm.cli.commands import worker
-from sqlq_orm.cli.connect import database_url, shown_url
 from sqlq_orm.cli.parser import build_parser, call_command
 from sqlq_orm.errors import SqlqError
-from sqlq_orm.ops.render.text import printable
 
 log = logging.getLogger("sqlq_orm.cli")
 
@@ -35,15 +29,34 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _describe(exc: BaseException, db: str | None) -> str:
+    from sqlalchemy.exc import OperationalError
+
+    from sqlq_orm.cli.connect import database_url, shown_url
+
     if isinstance(exc, SqlqError):
         return str(exc)
     if isinstance(exc, OperationalError):
         return f"cannot use the database {shown_url(database_url(db))}: {_first_line(exc)}"
-    if isinstance(exc, AlembicCommandError):
+    if isinstance(exc, _alembic_errors()):
         return f"migration failed: {_first_line(exc)}"
     if isinstance(exc, INPUT_ERRORS):
         return f"cannot use this input ({type(exc).__name__}): {_first_line(exc)}"
     return f"database error: {_first_line(exc)}"
+
+
+def _alembic_errors() -> tuple[type[BaseException], ...]:
+    """Alembic's ``CommandError``, if Alembic is loaded: only the commands that migrate
+    or check a revision import it, and no other command can have raised it."""
+    util = sys.modules.get("alembic.util")
+    return () if util is None else (util.CommandError,)
+
+
+def _caught() -> tuple[type[BaseException], ...]:
+    """What a command may raise that is shown as one line: ours, the database's,
+    Alembic's, and input out of the ordinary."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    return (SqlqError, SQLAlchemyError, *_alembic_errors(), *INPUT_ERRORS)
 
 
 def _printable(argument: str) -> str:
@@ -70,6 +83,8 @@ class TerminalSafeFormatter(logging.Formatter):
     details end up in log messages); a traceback after it keeps its own lines."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        from sqlq_orm.ops.render.text import printable
+
         record.message = printable(record.message)
         return super().formatMessage(record)
 
@@ -108,7 +123,7 @@ def _run(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     verbosity = getattr(args, "verbose", 0) or 0
     level = logging.WARNING
-    if verbosity or args.command is worker:  # a worker's log is its activity record
+    if verbosity or args.command.function == "worker":  # a worker's log is its activity
         level = logging.DEBUG if verbosity > 1 else logging.INFO
     handler = logging.StreamHandler()
     handler.setFormatter(TerminalSafeFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -118,9 +133,13 @@ def _run(argv: Sequence[str] | None) -> int:
     db = getattr(args, "db", None)
     try:
         return call_command(args.command, args)
-    except (SqlqError, SQLAlchemyError, AlembicCommandError, *INPUT_ERRORS) as exc:
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        if not isinstance(exc, _caught()):
+            raise
+        from sqlq_orm.ops.render.text import printable
+
         log.debug("the full error", exc_info=exc)  # shown with -vv
         print(f"sqlq: error: {printable(_describe(exc, db))}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        return 130

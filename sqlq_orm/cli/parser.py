@@ -1,55 +1,29 @@
 """The ``sqlq`` argument parser: it only maps the command line onto the command functions.
 
-Each sub-command's ``command`` default is its function in :mod:`sqlq_orm.cli.commands`,
-and every argument's ``dest`` names one of that function's parameters;
-:func:`call_command` passes along exactly the parameters the function takes.
+Each sub-command's ``command`` default is a :class:`Command`: its function named, not
+imported, with its help text; every argument's ``dest`` names one of that function's
+parameters. :func:`call_command` imports the one command chosen and passes along
+exactly the parameters its function takes. So ``sqlq --help`` and each command load
+only what they use (``tests/unit/test_startup_imports.py`` checks).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import inspect
 import re
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite
 
-from sqlq_orm.cli.commands import (
-    cancel,
-    check,
-    dashboard,
-    demo,
-    enqueue,
-    maintenance,
-    migrate,
-    prune,
-    retry,
-    schedules,
-    show,
-    stats,
-    sweep,
-    worker,
-)
 from sqlq_orm.cli.connect import DB_ENV_VAR, DEFAULT_DB_URL
-from sqlq_orm.cli.controls import (
-    jobs_cancel,
-    jobs_discard,
-    jobs_retry,
-    queue_limit,
-    queue_list,
-    queue_pause,
-    queue_resume,
-    queue_unlimit,
-    schedules_pause,
-    schedules_resume,
-    schedules_run,
-)
 from sqlq_orm.core import validation
 from sqlq_orm.core.timing import MIN_LEASE_SECONDS
-from sqlq_orm.ops.render.text import printable
 
 INT32_MAX = validation.INT32_MAX
 
@@ -64,7 +38,146 @@ class Parser(argparse.ArgumentParser):
             (file or sys.stderr).write(message)
 
     def error(self, message: str) -> NoReturn:
+        from sqlq_orm.ops.render.text import printable
+
         self.exit(2, f"sqlq: error: {printable(message)} (see `{self.prog} --help`)\n")
+
+
+@dataclass(frozen=True)
+class Command:
+    """A command function by name, with its help: building the parser imports no command.
+
+    ``doc`` is the function's docstring, word for word (a unit test keeps the two
+    equal): its first paragraph is the summary in the list of commands, all of it the
+    command's own ``--help``. :meth:`load` imports the function when the command runs.
+    """
+
+    module: str
+    function: str
+    doc: str
+
+    def load(self) -> Callable[..., int]:
+        """The command's function (its module imported now)."""
+        found: Callable[..., int] = getattr(importlib.import_module(self.module), self.function)
+        return found
+
+
+def _command(function: str, doc: str, module: str = "sqlq_orm.cli.commands") -> Command:
+    return Command(module, function, inspect.cleandoc(doc))
+
+
+def _control(function: str, doc: str) -> Command:
+    return _command(function, doc, "sqlq_orm.cli.controls")
+
+
+COMMANDS: dict[str, Command] = {
+    "migrate": _command("migrate", "Create or upgrade the sqlq tables."),
+    "enqueue": _command(
+        "enqueue",
+        """Add one job; print its id. With ``--handlers``, the type must be one the registry
+        runs, and a task's payload (its arguments by name) must bind to its signature.""",
+    ),
+    "worker": _command(
+        "worker",
+        """Run a worker until SIGTERM/SIGINT (or, with --burst, until the queue is empty).
+
+        Exits with status 3 (:data:`EXIT_HANDLERS_STUCK`) when handlers stuck past their
+        deadline used up the worker's budget of abandoned ones: restart it then.""",
+    ),
+    "sweep": _command(
+        "sweep",
+        "Recover expired leases and end jobs past their max runtime (once, or --loop).",
+    ),
+    "stats": _command(
+        "stats",
+        "Answer the five questions: states, stuck jobs, retries, failure reasons, retention.",
+    ),
+    "show": _command(
+        "show",
+        """Show one job: its state, its attempts and its event timeline. With
+        ``--handlers``, a task's job also shows its arguments as named parameters (in the
+        task's signature order, defaults marked).""",
+    ),
+    "cancel": _command("cancel", "Cancel an unfinished job (a worker holding it loses its lease)."),
+    "retry": _command(
+        "retry",
+        """Requeue a FAILED or CANCELLED job now, with a fresh retry budget (WAITING if it
+        still waits for parents); ``--with-dependents`` brings back the jobs cancelled
+        because it failed.""",
+    ),
+    "check": _command(
+        "check",
+        """Check every queue invariant (read-only); exit 1 if any row breaks one. With
+        ``--handlers``, also the unfinished jobs that registry cannot run as stored.""",
+    ),
+    "schedules": _command(
+        "schedules",
+        "List recurring schedules with their last and next run (or --remove one).",
+    ),
+    "prune": _command(
+        "prune",
+        "Delete finished jobs past their retention (with attempts and events), in batches.",
+    ),
+    "maintenance": _command(
+        "maintenance",
+        "SQLite: checkpoint the WAL and/or VACUUM (off-peak); PostgreSQL: VACUUM (ANALYZE).",
+    ),
+    "dashboard": _command(
+        "dashboard",
+        "Serve the web dashboard (overview, jobs, workers, /metrics) until Ctrl-C.",
+    ),
+    "demo": _command(
+        "demo",
+        """Run the self-contained demo (a fresh SQLite file, or ``--db`` with an empty
+        queue); print its report.""",
+    ),
+    "schedules run": _control(
+        "schedules_run",
+        """Enqueue one job of a schedule now, outside its slots (its payload comes from the
+        code: --handlers names the registry that declares it).""",
+    ),
+    "schedules pause": _control(
+        "schedules_pause",
+        "Pause a recurring schedule: no scheduler fires it until it is resumed.",
+    ),
+    "schedules resume": _control(
+        "schedules_resume",
+        "Resume a paused schedule from its first slot after now (the paused slots are skipped).",
+    ),
+    "queue limit": _control(
+        "queue_limit",
+        "Rate-limit a queue: at most MAX job starts per SECONDS, per rate key, on every worker.",
+    ),
+    "queue pause": _control(
+        "queue_pause",
+        "Pause a queue: no worker starts its jobs until it is resumed (running jobs finish).",
+    ),
+    "queue resume": _control(
+        "queue_resume", "Resume a paused queue: its idle workers are woken at once."
+    ),
+    "queue unlimit": _control(
+        "queue_unlimit", "Remove a queue's rate limit: its waiting jobs start as workers have room."
+    ),
+    "queue list": _control(
+        "queue_list",
+        """List the queues (those with jobs, and those ever paused or rate-limited): paused
+        or running, their rate limit, and their jobs waiting and in progress.""",
+    ),
+    "jobs cancel": _control(
+        "jobs_cancel",
+        "Cancel one job, or every unfinished job a filter matches (a dry run without --yes).",
+    ),
+    "jobs retry": _control(
+        "jobs_retry",
+        "Requeue one job, or every FAILED/CANCELLED job a filter matches (dry run without --yes).",
+    ),
+    "jobs discard": _control(
+        "jobs_discard",
+        """Delete one job, or every job a filter matches that no worker holds, with their
+        attempts and events (a dry run without --yes).""",
+    ),
+}
+"""Every command by its words on the command line (``"queue pause"``)."""
 
 
 def job_id(text: str) -> int:
@@ -111,10 +224,10 @@ def _plain(text: str) -> str:
     return text.replace("``", "").replace("%", "%%")
 
 
-def command_help(function: Callable[..., int]) -> tuple[str, str]:
-    """``(summary, description)`` from a command function's docstring: its first
-    paragraph for the list of commands, all of it for the command's own ``--help``."""
-    paragraphs = [_plain(p) for p in inspect.cleandoc(function.__doc__ or "").split("\n\n")]
+def command_help(command: Command) -> tuple[str, str]:
+    """``(summary, description)`` from a command's docstring: its first paragraph for
+    the list of commands, all of it for the command's own ``--help``."""
+    paragraphs = [_plain(p) for p in command.doc.split("\n\n")]
     paragraphs = [p for p in paragraphs if p]
     return paragraphs[0], " ".join(paragraphs)
 
@@ -158,17 +271,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
 
-    def add(name: str, function: Callable[..., int], **kwargs: Any) -> argparse.ArgumentParser:
-        summary, description = command_help(function)
+    def add(name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        command = COMMANDS[name]
+        summary, description = command_help(command)
         sub = commands.add_parser(
             name, help=summary, description=description, parents=[common], **kwargs
         )
-        sub.set_defaults(command=function)
+        sub.set_defaults(command=command)
         return sub
 
-    add("migrate", migrate)
+    add("migrate")
 
-    p = add("enqueue", enqueue)
+    p = add("enqueue")
     p.add_argument("job_type", metavar="TYPE", help="job type (the handler's or task's name)")
     p.add_argument(
         "--payload", metavar="JSON",
@@ -211,7 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="if a parent fails or is cancelled: cancel this job (default) or run it anyway",
     )  # fmt: skip
 
-    p = add("worker", worker)
+    p = add("worker")
     p.add_argument(
         "--handlers", required=True, metavar="MODULE:REGISTRY",
         help="where the HandlerRegistry lives, e.g. myapp.jobs:registry",
@@ -258,7 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="first retry delay for failures this worker records (default 10, doubling)",
     )  # fmt: skip
 
-    p = add("sweep", sweep)
+    p = add("sweep")
     p.add_argument("--loop", action="store_true", help="keep sweeping until SIGTERM/SIGINT")
     p.add_argument(
         "--interval", type=parse_interval, default=(10.0, 30.0), metavar="SECONDS",
@@ -277,7 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
                 help="output format (default: text)",
             )  # fmt: skip
 
-    p = add("stats", stats)
+    p = add("stats")
     add_output(p, "prometheus")
     p.add_argument(
         "--watch", type=float, metavar="SECONDS", help="redraw every SECONDS until Ctrl-C"
@@ -290,8 +404,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="a worker not seen for this long is reported silent (default 60)",
     )  # fmt: skip
 
-    for name, function in (("show", show), ("cancel", cancel), ("retry", retry)):
-        p = add(name, function)
+    for name in ("show", "cancel", "retry"):
+        p = add(name)
         p.add_argument("job_id", type=job_id, metavar="JOB_ID")
         if name == "cancel":
             p.add_argument("--reason", help="recorded on the CANCELLED event")
@@ -309,7 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "of the task's signature in this registry",
             )  # fmt: skip
 
-    p = add("check", check)
+    p = add("check")
     p.add_argument(
         "--handlers", metavar="MODULE:REGISTRY",
         help="also list unfinished jobs this registry cannot run as stored: types with no "
@@ -317,7 +431,7 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     add_output(p)
 
-    p = add("schedules", schedules)
+    p = add("schedules")
     p.add_argument(
         "--handlers", metavar="MODULE:REGISTRY",
         help="also show what this HandlerRegistry declares (registry.periodic)",
@@ -325,9 +439,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--remove", metavar="NAME", help="delete a schedule no code declares any more")
     add_output(p)
     schedule_actions = p.add_subparsers(title="actions (default: list)", metavar="ACTION")
-    for action, control in (
-        ("run", schedules_run), ("pause", schedules_pause), ("resume", schedules_resume),
-    ):  # fmt: skip
+    for action in ("run", "pause", "resume"):
+        control = COMMANDS[f"schedules {action}"]
         summary, description = command_help(control)
         sub = schedule_actions.add_parser(
             action, help=summary, description=description, parents=[common]
@@ -346,9 +459,9 @@ def build_parser() -> argparse.ArgumentParser:
         "are stored in the database: every worker obeys them.",
     )  # fmt: skip
     actions = p.add_subparsers(title="actions", metavar="ACTION", required=True)
-    summary, description = command_help(queue_limit)
+    summary, description = command_help(COMMANDS["queue limit"])
     sub = actions.add_parser("limit", help=summary, description=description, parents=[common])
-    sub.set_defaults(command=queue_limit)
+    sub.set_defaults(command=COMMANDS["queue limit"])
     sub.add_argument("name", metavar="QUEUE", help="the queue's name")
     sub.add_argument(
         "--max", dest="max_starts", type=int, required=True, metavar="N",
@@ -358,16 +471,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--per", dest="per_seconds", type=int, required=True, metavar="SECONDS",
         help="the period, in whole seconds (>= 1)",
     )  # fmt: skip
-    for action, control in (
-        ("pause", queue_pause), ("resume", queue_resume), ("unlimit", queue_unlimit),
-    ):  # fmt: skip
+    for action in ("pause", "resume", "unlimit"):
+        control = COMMANDS[f"queue {action}"]
         summary, description = command_help(control)
         sub = actions.add_parser(action, help=summary, description=description, parents=[common])
         sub.set_defaults(command=control)
         sub.add_argument("name", metavar="QUEUE", help="the queue's name")
-    summary, description = command_help(queue_list)
+    summary, description = command_help(COMMANDS["queue list"])
     sub = actions.add_parser("list", help=summary, description=description, parents=[common])
-    sub.set_defaults(command=queue_list)
+    sub.set_defaults(command=COMMANDS["queue list"])
     add_output(sub)
 
     p = commands.add_parser(
@@ -377,7 +489,8 @@ def build_parser() -> argparse.ArgumentParser:
         "matches. With a filter it is a dry run (it counts) unless --yes is given.",
     )  # fmt: skip
     job_actions = p.add_subparsers(title="actions", metavar="ACTION", required=True)
-    for action, bulk in (("cancel", jobs_cancel), ("retry", jobs_retry), ("discard", jobs_discard)):
+    for action in ("cancel", "retry", "discard"):
+        bulk = COMMANDS[f"jobs {action}"]
         summary, description = command_help(bulk)
         sub = job_actions.add_parser(
             action, help=summary, description=description, parents=[common]
@@ -413,7 +526,7 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--reason", help="recorded on each CANCELLED event")
         add_output(sub)
 
-    p = add("prune", prune)
+    p = add("prune")
     p.add_argument("--dry-run", action="store_true", help="count what is due; delete nothing")
     p.add_argument(
         "--batch",
@@ -438,7 +551,7 @@ def build_parser() -> argparse.ArgumentParser:
         )  # fmt: skip
     add_output(p)
 
-    p = add("maintenance", maintenance)
+    p = add("maintenance")
     p.add_argument(
         "--checkpoint", action="store_true",
         help="SQLite: PRAGMA wal_checkpoint(TRUNCATE) (copy the WAL back, truncate it)",
@@ -449,7 +562,7 @@ def build_parser() -> argparse.ArgumentParser:
         "PostgreSQL: VACUUM (ANALYZE) of the queue tables",
     )  # fmt: skip
 
-    p = add("dashboard", dashboard)
+    p = add("dashboard")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=whole_number(1, 65535), default=8765, help="port (default 8765)")
     p.add_argument(
@@ -470,7 +583,7 @@ def build_parser() -> argparse.ArgumentParser:
         "the --host address (repeatable; '.example.com' for a domain and its subdomains)",
     )  # fmt: skip
 
-    p = add("demo", demo)
+    p = add("demo")
     p.add_argument("--path", metavar="DIR", help="directory for the demo database (default: temp)")
     p.add_argument(
         "--jobs", type=whole_number(2, 1_000_000), default=300, help="how many jobs (default 300)"
@@ -481,8 +594,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def call_command(function: Callable[..., int], args: argparse.Namespace) -> int:
-    """Call a command function with the parsed arguments named like its parameters."""
+def call_command(command: Command, args: argparse.Namespace) -> int:
+    """Import the command's function and call it with the parsed arguments named like
+    its parameters."""
+    function = command.load()
     values = vars(args)
     values.setdefault("db", None)  # --db is optional everywhere
     wanted = inspect.signature(function).parameters

@@ -8,16 +8,6 @@ from typing import Any
 
 from sqlalchemy import MetaData, Table
 
-from sqlq_orm.schema.models import (
-    Job,
-    JobAttempt,
-    JobDependency,
-    JobEvent,
-    QueueControl,
-    ScheduleRecord,
-    WorkerRecord,
-)
-
 
 @dataclass(frozen=True)
 class Tables:
@@ -64,6 +54,19 @@ class Models:
     @classmethod
     def default(cls) -> Models:
         """The library's own models (tables ``sqlq_*``)."""
+        # Imported on first use: mapping them loads SQLAlchemy's PostgreSQL and MySQL
+        # dialects (their index options), which an app that passes its own models, or
+        # only imports the package, need not pay for.
+        from sqlq_orm.schema.models import (
+            Job,
+            JobAttempt,
+            JobDependency,
+            JobEvent,
+            QueueControl,
+            ScheduleRecord,
+            WorkerRecord,
+        )
+
         return cls(
             job=Job,
             attempt=JobAttempt,

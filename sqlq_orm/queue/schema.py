@@ -19,8 +19,6 @@ from sqlalchemy.engine import Engine
 from sqlq_orm.db.context import QueueContext
 from sqlq_orm.db.schema_check import model_tables, read_schema
 from sqlq_orm.errors import SqlqWarning
-from sqlq_orm.migrations import VERSION_TABLE, ordered_revisions
-from sqlq_orm.migrations.standing import behind_error
 
 _checked: weakref.WeakKeyDictionary[Engine, set[tuple[object, ...]]] = weakref.WeakKeyDictionary()
 """Per engine: the sets of models whose tables were found up to date."""
@@ -41,6 +39,11 @@ def require_current_schema(context: QueueContext, *, stacklevel: int = 2) -> Non
     with context.read() as connection:
         report = read_schema(connection, context.tables, context.dialect)
         if report.behind:
+            # Only a schema behind the code needs the revisions (and so Alembic): the
+            # look itself, made by every queue, does not.
+            from sqlq_orm.migrations import VERSION_TABLE, ordered_revisions
+            from sqlq_orm.migrations.standing import behind_error
+
             raise behind_error(
                 connection,
                 report,

@@ -24,7 +24,6 @@ from typing import Any
 
 from sqlalchemy import String, Table, cast, event, func, literal, literal_column, text
 from sqlalchemy import select as sa_select
-from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import CompileError, IntegrityError
 from sqlalchemy.ext.compiler import compiles
@@ -60,40 +59,52 @@ def _epoch_now(element: epoch_now, compiler: Any, **kw: Any) -> str:
     return "UNIX_TIMESTAMP()"
 
 
-class Insert(mysql.Insert):
+@functools.cache
+def insert_class() -> type[Any]:
     """MySQL's ``INSERT ... ON DUPLICATE KEY UPDATE`` under the names the statements use.
 
-    ``on_conflict_do_update(index_elements=, set_=)`` and ``excluded`` are PostgreSQL's
-    and SQLite's spelling; MySQL has no conflict target (any unique key conflicts) and
-    names the proposed row ``inserted``. Never ``REPLACE``: it deletes the old row,
-    cascading to its children.
+    Made on first use: SQLAlchemy's MySQL dialect is imported where it is needed, not
+    with the package (an app on another database never pays for it).
     """
+    from sqlalchemy.dialects import mysql
 
-    inherit_cache = True
+    class Insert(mysql.Insert):
+        """MySQL's ``INSERT ... ON DUPLICATE KEY UPDATE`` under the names the statements use.
 
-    @property
-    def excluded(self) -> Any:
-        """The row the insert proposed (``VALUES(col)`` / ``inserted`` in MySQL)."""
-        return self.inserted
+        ``on_conflict_do_update(index_elements=, set_=)`` and ``excluded`` are PostgreSQL's
+        and SQLite's spelling; MySQL has no conflict target (any unique key conflicts) and
+        names the proposed row ``inserted``. Never ``REPLACE``: it deletes the old row,
+        cascading to its children.
+        """
 
-    def on_conflict_do_update(self, *, index_elements: Sequence[Any], set_: Any) -> Any:
-        """Update ``set_`` on a duplicate key (the unique key is the table's only one
-        besides the primary key, so ``index_elements`` names it). Assignments keep the
-        order of ``set_``: MySQL runs them left to right, later ones seeing earlier
-        ones' new values."""
-        return self.on_duplicate_key_update(list(set_.items()) if isinstance(set_, dict) else set_)
+        inherit_cache = True
 
-    def on_conflict_do_nothing(self, **kw: Any) -> Any:
-        """Refused: ``ON DUPLICATE KEY UPDATE id = id`` still returns the existing row
-        from ``RETURNING``, so a skipped insert would look like a new one. The queue
-        uses :attr:`Backend.is_duplicate_key` (a savepoint) instead."""
-        raise CompileError(
-            "MySQL cannot skip a conflicting insert and say so; see is_duplicate_key"
-        )
+        @property
+        def excluded(self) -> Any:
+            """The row the insert proposed (``VALUES(col)`` / ``inserted`` in MySQL)."""
+            return self.inserted
+
+        def on_conflict_do_update(self, *, index_elements: Sequence[Any], set_: Any) -> Any:
+            """Update ``set_`` on a duplicate key (the unique key is the table's only one
+            besides the primary key, so ``index_elements`` names it). Assignments keep the
+            order of ``set_``: MySQL runs them left to right, later ones seeing earlier
+            ones' new values."""
+            pairs = list(set_.items()) if isinstance(set_, dict) else set_
+            return self.on_duplicate_key_update(pairs)
+
+        def on_conflict_do_nothing(self, **kw: Any) -> Any:
+            """Refused: ``ON DUPLICATE KEY UPDATE id = id`` still returns the existing row
+            from ``RETURNING``, so a skipped insert would look like a new one. The queue
+            uses :attr:`Backend.is_duplicate_key` (a savepoint) instead."""
+            raise CompileError(
+                "MySQL cannot skip a conflicting insert and say so; see is_duplicate_key"
+            )
+
+    return Insert
 
 
-def _insert(table: Any) -> Insert:
-    return Insert(table)
+def _insert(table: Any) -> Any:
+    return insert_class()(table)
 
 
 def _lock_rows(select: Select[Any], skip_locked: bool) -> Select[Any]:

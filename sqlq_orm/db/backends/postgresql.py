@@ -13,7 +13,6 @@ from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import Table, Text, bindparam, cast, func, text, type_coerce
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import FromClause, Select
@@ -45,10 +44,20 @@ def _pick(select: Select[Any], name: str) -> FromClause:
     return select.cte(name).prefix_with("MATERIALIZED")
 
 
+def _insert(table: Any) -> Any:
+    # SQLAlchemy's PostgreSQL dialect is imported where it is used, not with the package
+    # (importing it costs more than the rest of the backends together).
+    from sqlalchemy.dialects.postgresql import insert
+
+    return insert(table)
+
+
 def _token_for_row(rn: ColumnElement[int]) -> ColumnElement[str]:
-    tokens = bindparam("tokens", type_=postgresql.ARRAY(Text))
+    from sqlalchemy.dialects.postgresql import ARRAY
+
+    tokens = bindparam("tokens", type_=ARRAY(Text))
     # (CAST(:tokens AS TEXT[]))[rn]: the parentheses are required before a subscript.
-    array = type_coerce(Grouping(cast(tokens, postgresql.ARRAY(Text))), postgresql.ARRAY(Text))
+    array = type_coerce(Grouping(cast(tokens, ARRAY(Text))), ARRAY(Text))
     return array[rn]
 
 
@@ -56,7 +65,9 @@ def _rows_from_arrays(columns: Sequence[tuple[str, TypeEngine[Any]]]) -> FromCla
     """``unnest(:a_x::type[], ...) WITH ORDINALITY AS rows(x, ..., ord)``: one bound
     array per column, so a thousand rows are a short statement with a few parameters
     (psycopg parses a long multi-row VALUES statement again on every batch)."""
-    arrays = [bindparam(f"a_{name}", type_=postgresql.ARRAY(type_)) for name, type_ in columns]
+    from sqlalchemy.dialects.postgresql import ARRAY
+
+    arrays = [bindparam(f"a_{name}", type_=ARRAY(type_)) for name, type_ in columns]
     return (
         func.unnest(*arrays)
         .table_valued(*(name for name, _ in columns), with_ordinality="ord")
@@ -227,7 +238,7 @@ BACKEND = Backend(
     name="postgresql",
     table_bytes=_table_bytes,
     title="PostgreSQL",
-    insert=postgresql.insert,
+    insert=_insert,
     read_options={},  # MVCC: reads never block writers
     write_options={},
     pick=_pick,
