@@ -20,6 +20,7 @@ from sqlq_orm.testing import (
     enqueued_jobs,
     queue_in_transaction,
 )
+from tests.conformance.test_service_enqueue import _host_queue
 from tests.support.backends import BACKENDS
 
 
@@ -125,11 +126,26 @@ def test_with_a_session_the_assertions_see_its_uncommitted_jobs(queue, engine):
     assert_not_enqueued(welcome)
 
 
-def test_app_columns_are_matched_and_shown(queue):
-    registry, seen = make_registry(queue)
-    seen["tasks"]["step"].enqueue(1)
-    assert_enqueued(seen["tasks"]["step"], columns={})
-    assert enqueued_jobs(seen["tasks"]["step"])[0].columns == {}
+def test_app_columns_are_matched_shown_and_given_to_the_run(engine):
+    host_queue = _host_queue(engine)
+    registry = sqlq_orm.TaskRegistry(host_queue)
+    tenants: list[str] = []
+
+    @registry.task(name="bill")
+    def bill(ctx: sqlq_orm.JobContext, amount: int) -> None:
+        tenants.append(ctx.columns["tenant"])
+
+    bill.options(columns={"tenant": "acme"}).enqueue(5)
+    bill.options(columns={"tenant": "globex"}).enqueue(7)
+
+    [acme] = assert_enqueued(bill, columns={"tenant": "acme"})
+    assert (acme.args, acme.columns) == ({"amount": 5}, {"tenant": "acme"})
+    assert_enqueued(bill, columns={"tenant": "globex"}, args={"amount": 7})
+    assert_not_enqueued(bill, columns={"tenant": "initech"})
+    with pytest.raises(AssertionError, match="'tenant': 'globex'"):
+        assert_enqueued(bill, columns={"tenant": "initech"})
+    assert drain(host_queue, registry).succeeded == 2
+    assert tenants == ["acme", "globex"]
 
 
 def test_drain_runs_ready_jobs_through_the_worker_path_with_middleware_and_results(queue):
