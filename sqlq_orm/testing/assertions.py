@@ -37,6 +37,9 @@ from sqlq_orm.tasks.task import Task
 ENQUEUED_STATUSES = (JobStatus.QUEUED.value, JobStatus.WAITING.value)
 """What "enqueued" means here: waiting to run (due now, later, or after its parents)."""
 
+LISTED_AT_MOST = 20
+"""How many jobs of other types a failed :func:`assert_enqueued` lists."""
+
 
 @dataclass(frozen=True)
 class EnqueuedCall:
@@ -104,9 +107,14 @@ def assert_enqueued(
         return found
     wanted = _wanted(task_or_type, args, queue, columns)
     many = "at least one job" if count is None else f"exactly {count} job(s)"
-    raise AssertionError(
-        f"expected {many} {wanted}, found {len(found)}.\n{_listing(task_or_type, every)}"
-    )
+    listing = _listing(task_or_type, every)
+    if not every:  # what else is there, then (the type may be misspelt, say)
+        others = _enqueued(_queue_of(task_or_type, on), session, None, None, LISTED_AT_MOST)
+        if others:
+            listing += " Enqueued of other types:\n" + "\n".join(
+                f"  - {job.describe()}" for job in others
+            )
+    raise AssertionError(f"expected {many} {wanted}, found {len(found)}.\n{listing}")
 
 
 def assert_not_enqueued(
@@ -160,19 +168,30 @@ def _all_of_type(
     task_or_type: Task[Any, Any] | str, session: Session | None, on: Queue | TaskRegistry | None
 ) -> list[EnqueuedCall]:
     queue = _queue_of(task_or_type, on)
+    signature = task_or_type.signature if isinstance(task_or_type, Task) else None
+    return _enqueued(queue, session, _type_name(task_or_type), signature)
+
+
+def _enqueued(
+    queue: Queue,
+    session: Session | None,
+    type_name: str | None,
+    signature: TaskSignature | None,
+    limit: int | None = None,
+) -> list[EnqueuedCall]:
+    """The enqueued jobs of ``type_name`` (of every type: None), oldest first."""
     jobs = queue.tables.jobs
-    statement = (
-        select(jobs)
-        .where(jobs.c.type == _type_name(task_or_type), jobs.c.status.in_(ENQUEUED_STATUSES))
-        .order_by(jobs.c.id)
-    )
+    statement = select(jobs).where(jobs.c.status.in_(ENQUEUED_STATUSES)).order_by(jobs.c.id)
+    if type_name is not None:
+        statement = statement.where(jobs.c.type == type_name)
+    if limit is not None:
+        statement = statement.limit(limit)
     if session is not None:
         rows = session.connection().execute(statement).mappings().all()
     else:
         with queue.read() as connection:
             rows = connection.execute(statement).mappings().all()
     app_columns = list(queue.sql.app_column_names)
-    signature = task_or_type.signature if isinstance(task_or_type, Task) else None
     return [
         EnqueuedCall(
             id=row["id"],

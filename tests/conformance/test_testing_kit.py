@@ -114,6 +114,9 @@ def test_a_failed_assertion_lists_what_was_enqueued(queue):
         assert_not_enqueued(welcome, args={"address": HOME})
     with pytest.raises(sqlq_orm.InvalidInput, match="pass on=queue"):
         assert_enqueued("mail.welcome")
+    with pytest.raises(AssertionError) as misspelt:
+        assert_enqueued("mail.welcom", on=queue)
+    assert "Enqueued of other types:\n  - mail.welcome(email='a@example.com'" in str(misspelt.value)
 
 
 def test_with_a_session_the_assertions_see_its_uncommitted_jobs(queue, engine):
@@ -204,6 +207,19 @@ def test_drain_stops_at_max_jobs_and_names_its_queues(queue):
     assert drain(queue, registry, queues=["mail"]).count == 1
     assert drain(queue, registry, max_jobs=2).count == 2
     assert drain(queue, registry).count == 1
+
+
+def test_drain_counts_a_job_cancelled_while_it_ran(queue):
+    registry = sqlq_orm.TaskRegistry(queue)
+
+    @registry.task(name="self.cancel")
+    def cancel_myself(ctx: sqlq_orm.JobContext) -> None:
+        queue.cancel(ctx.job_id, reason="changed my mind")
+
+    job = cancel_myself.enqueue()
+    result = drain(queue, registry)
+    assert (result.cancelled, result.succeeded, result.runs[0].status) == (1, 0, "CANCELLED")
+    assert queue.get_job(job).status == "CANCELLED"
 
 
 def test_drain_with_scheduled_needs_a_pinned_clock(engine):
