@@ -100,6 +100,11 @@ def drain(
     (default :data:`DEFAULT_MAX_JOBS`, past which an error says a job keeps coming
     back); a drain stopped by ``max_jobs`` returns quietly.
     """
+    if not isinstance(queue, Queue):
+        raise InvalidInput(
+            f"drain runs jobs from a sqlq_orm.Queue, got {queue!r}; for an app on an "
+            "AsyncQueue, make a Queue on the same database: Queue(sqlq_orm.create_engine(url))"
+        )
     handlers = registry if isinstance(registry, HandlerRegistry) else HandlerRegistry(registry)
     clock = queue.clock
     if with_scheduled and not isinstance(clock, PinnedClock):
