@@ -15,8 +15,8 @@ which cannot see that transaction's uncommitted rows. :func:`queue_in_transactio
 gives a copy of the queue whose every operation runs on ``connection`` instead, each
 write in a savepoint of its own (so a refused operation undoes only itself): jobs
 enqueued through the test's session are claimed, run and recorded by
-:func:`~sqlq_orm.testing.drain`, and all of it goes away with the rollback. For
-SQLite and PostgreSQL (on MariaDB, a claim's named locks outlive a savepoint).
+:func:`~sqlq_orm.testing.drain`, and all of it goes away with the rollback. On
+SQLite, PostgreSQL and MariaDB.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
+from sqlq_orm.db.backends.base import AFTER_TRANSACTION
 from sqlq_orm.db.context import QueueContext
 from sqlq_orm.errors import InvalidInput
 from sqlq_orm.queue.queue import Queue
@@ -44,8 +45,14 @@ class _ContextInTransaction(QueueContext):
             with super().write(session) as connection:
                 yield connection
             return
-        with self.connection.begin_nested():
-            yield self.connection
+        try:
+            with self.connection.begin_nested():
+                yield self.connection
+        finally:
+            # What the operation asked to run once its transaction ends (MariaDB's
+            # named locks of concurrency keys, let go): its savepoint is that here.
+            for call in self.connection.info.pop(AFTER_TRANSACTION, []):
+                call(self.connection)
 
     @contextmanager
     def read(self) -> Iterator[Connection]:

@@ -1,6 +1,7 @@
 """The contract of docs/howto/testing.md: a user's project whose tests are written only
 from that page, run by pytest in a subprocess that loads the plugin through its
-``pytest11`` entry point (nothing names it), on a SQLite file and on PostgreSQL."""
+``pytest11`` entry point (nothing names it): on a SQLite file per test, and on one
+database shared by every test, each test rolled back (SQLite, PostgreSQL, MariaDB)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-JOBS = '''
+JOBS = """
 import dataclasses
 
 import sqlq_orm
@@ -44,9 +45,9 @@ def charge(ctx: sqlq_orm.JobContext, order_id: int) -> str:
 
 def sign_up(email: str, address: Address, session=None) -> None:
     send_welcome.options(session=session).enqueue(email, address)
-'''
+"""
 
-CONFTEST_PER_TEST = '''
+CONFTEST_PER_TEST = """
 import pytest
 
 from myapp.jobs import registry
@@ -56,9 +57,9 @@ from myapp.jobs import registry
 def jobs_queue(sqlq_queue):
     registry.bind(sqlq_queue)
     return sqlq_queue
-'''
+"""
 
-CONFTEST_SHARED = '''
+CONFTEST_SHARED = """
 import os
 
 import pytest
@@ -84,9 +85,9 @@ def sqlq_engine(app_engine):
 def jobs_queue(sqlq_queue_in_transaction):
     registry.bind(sqlq_queue_in_transaction)
     return sqlq_queue_in_transaction
-'''
+"""
 
-TESTS = '''
+TESTS = """
 import pytest
 import sqlq_orm
 from sqlq_orm.testing import (
@@ -186,7 +187,7 @@ def test_each_test_in_a_rolled_back_transaction(round, sqlq_session, sqlq_queue_
     [mine] = assert_enqueued(send_welcome, session=sqlq_session)
     assert mine.args["email"] == f"r{round}@example.com"
     assert drain(sqlq_queue_in_transaction, registry).succeeded == 1
-'''
+"""
 
 
 @pytest.mark.parametrize(
@@ -195,6 +196,7 @@ def test_each_test_in_a_rolled_back_transaction(round, sqlq_session, sqlq_queue_
         pytest.param("sqlite", False, id="sqlite-file-per-test"),
         pytest.param("sqlite", True, id="sqlite-shared-rolled-back"),
         pytest.param("postgresql", True, id="postgresql-shared-rolled-back"),
+        pytest.param("mariadb", True, id="mariadb-shared-rolled-back"),
     ],
     indirect=["db_url"],
 )

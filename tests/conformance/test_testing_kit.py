@@ -125,6 +125,12 @@ def test_with_a_session_the_assertions_see_its_uncommitted_jobs(queue, engine):
     with Session(engine) as session:
         welcome.options(session=session).enqueue("a@example.com", HOME)
         assert_enqueued(welcome, session=session, args={"email": "a@example.com"})
+        assert [j.args["email"] for j in enqueued_jobs(welcome, session=session)] == [
+            "a@example.com"
+        ]
+        with pytest.raises(AssertionError, match="expected no job"):
+            assert_not_enqueued(welcome, session=session)
+        assert_not_enqueued(welcome)  # not committed: nobody else sees it
         session.rollback()
     assert_not_enqueued(welcome)
 
@@ -182,6 +188,22 @@ def test_drain_with_scheduled_retries_a_job_to_its_end_without_sleeping(queue, c
     assert seen["flaky"] == 3 and clock.now() - started >= 120
     row = queue.get_job(job)
     assert (row.status, row.retry_count, row.error_code) == ("FAILED", 2, "EXCEPTION:RUNTIME_ERROR")
+
+
+def test_drain_retries_a_plain_handler_by_the_queues_retry_policy(engine, clock):
+    queue = sqlq_orm.Queue(engine, clock=clock, retry_policy=sqlq_orm.RetryPolicy(base_seconds=10))
+    runs: list[int] = []
+
+    def plain(ctx: sqlq_orm.JobContext) -> None:
+        runs.append(ctx.attempt)
+        if ctx.attempt < 3:
+            raise sqlq_orm.JobError("NETWORK:TIMEOUT", "try again")
+
+    job = queue.enqueue("plain", {"n": 1}, max_retries=5)
+    assert_enqueued("plain", on=queue, args={"n": 1})
+    result = drain(queue, {"plain": plain}, with_scheduled=True)
+    assert (result.retried, result.succeeded, runs) == (2, 1, [1, 2, 3])
+    assert queue.get_job(job).status == "SUCCEEDED"
 
 
 def test_drain_follows_snoozes_and_dependencies_in_order(queue):
@@ -269,8 +291,8 @@ def test_inline_mode_as_a_block(queue):
     assert queue.get_job(waits).status == "QUEUED" and not registry.inline
 
 
-@pytest.mark.parametrize("db_url", BACKENDS[:2], indirect=True)
-def test_the_rolled_back_transaction_pattern(engine, queue, clock):
+@pytest.mark.parametrize("db_url", BACKENDS, indirect=True)
+def test_the_rolled_back_transaction_pattern(engine, queue, clock):  # and MariaDB
     # The app's test fixture: one connection, an outer transaction rolled back at the
     # end, and the app's session committing savepoints inside it.
     connection = engine.connect()
@@ -281,13 +303,14 @@ def test_the_rolled_back_transaction_pattern(engine, queue, clock):
     try:
         job = seen["tasks"]["welcome"].options(session=session).enqueue("a@example.com", HOME)
         seen["tasks"]["flaky"].enqueue()
+        seen["tasks"]["step"].options(concurrency_key="k", concurrency_limit=1).enqueue(1)
         session.commit()  # a savepoint: the outer transaction still holds it
         assert_enqueued(seen["tasks"]["welcome"], session=session, args={"email": "a@example.com"})
         assert_enqueued(seen["tasks"]["welcome"])  # through the queue in the transaction
 
         result = drain(in_test, registry, with_scheduled=True)
 
-        assert (result.succeeded, result.retried, result.failed) == (1, 2, 1)
+        assert (result.succeeded, result.retried, result.failed) == (2, 2, 1)
         assert seen["tasks"]["welcome"].result(job) == "sent to a@example.com in Springfield"
         with Session(engine) as other:  # nobody else sees any of it
             assert other.scalar(select(func.count()).select_from(Job)) == 0
