@@ -17,8 +17,9 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlq_orm.queue.queue import Queue
 from sqlq_orm.worker.completer import Completer
@@ -57,6 +58,14 @@ class _RecordingCompleter(Completer):
     def submit(self, run: JobRun, outcome: Outcome) -> None:
         self.last = outcome
         super().submit(run, outcome)
+
+    def _until_recorded(
+        self, pending: list[tuple[JobRun, Outcome]], record: Callable[[list[Any]], None]
+    ) -> None:
+        # Once: a database error is the caller's to see (a test's failure), not retried
+        # for as long as the in-process lease lasts.
+        if pending:
+            record(pending)
 
 
 def run_ready_jobs(

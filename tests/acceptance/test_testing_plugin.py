@@ -218,3 +218,19 @@ def test_a_users_tests_written_from_the_testing_page_pass(tmp_path: Path, db_url
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "9 passed" in done.stdout, done.stdout
+
+
+def test_the_plugin_is_the_entry_point_named_sqlq_orm_and_can_be_left_out(tmp_path: Path):
+    (tmp_path / "test_uses_it.py").write_text(
+        "def test_it(sqlq_queue, sqlq_clock):\n"
+        "    assert sqlq_queue.clock is sqlq_clock and sqlq_clock.now() == 1_700_000_000\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+               "--rootdir", str(tmp_path), str(tmp_path)]  # fmt: skip
+    loaded = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert loaded.returncode == 0, loaded.stdout + loaded.stderr
+    left_out = subprocess.run(
+        [*command, "-p", "no:sqlq_orm"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert left_out.returncode != 0 and "fixture 'sqlq_queue' not found" in left_out.stdout
