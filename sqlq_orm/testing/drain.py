@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import selectinload
 
 from sqlq_orm.core import validation
 from sqlq_orm.db.clock import PinnedClock
@@ -31,6 +32,8 @@ from sqlq_orm.schema.mixins import QUEUE_MAX
 from sqlq_orm.schema.states import JobStatus
 from sqlq_orm.worker.handlers import Handler, HandlerRegistry
 from sqlq_orm.worker.in_process import InProcessRun, run_ready_jobs
+
+_IDS_PER_READ = 500
 
 DEFAULT_MAX_JOBS = 10_000
 """The most runs one drain makes unless told otherwise: a job that snoozes or is
@@ -138,8 +141,31 @@ def drain(
             f"drain made {cap} runs and jobs are still ready: a job keeps snoozing or "
             "enqueueing more; pass max_jobs= to stop after that many runs"
         )
-    result.jobs = [queue.get_job(job_id) for job_id in seen]
+    result.jobs = _jobs(queue, list(seen))
     return result
+
+
+def _jobs(queue: Queue, ids: list[int]) -> list[Any]:
+    """The jobs ``ids`` with their attempts and events loaded (as ``Queue.get_job``
+    gives one), in a query per :data:`_IDS_PER_READ`."""
+    model = queue.models.job
+    found: dict[int, Any] = {}
+    with queue.session() as session:
+        for start in range(0, len(ids), _IDS_PER_READ):
+            statement = (
+                select(model)
+                .where(model.id.in_(ids[start : start + _IDS_PER_READ]))
+                .options(selectinload(model.attempts), selectinload(model.events))
+            )
+            found.update((job.id, job) for job in session.scalars(statement))
+    return [found[job_id] for job_id in ids if job_id in found]
+
+
+def _status(queue: Queue, job_id: int) -> str:
+    jobs = queue.tables.jobs
+    with queue.read() as connection:
+        status = connection.execute(select(jobs.c.status).where(jobs.c.id == job_id)).scalar()
+    return str(getattr(status, "value", status))
 
 
 def _queue_names(queue: Queue, queues: Sequence[str] | None) -> list[str]:
@@ -161,8 +187,7 @@ def _queue_names(queue: Queue, queues: Sequence[str] | None) -> list[str]:
 
 
 def _count(result: DrainResult, queue: Queue, run: InProcessRun) -> None:
-    job = queue.get_job(run.job_id)
-    status = str(job.status.value if hasattr(job.status, "value") else job.status)
+    status = _status(queue, run.job_id)
     outcome = run.outcome
     if outcome is None or status == JobStatus.CANCELLED.value:
         kind = "cancelled"

@@ -96,7 +96,6 @@ from sqlq_orm.testing import (
     drain,
     enqueued_jobs,
     perform,
-    queue_in_transaction,
 )
 
 from myapp import jobs
