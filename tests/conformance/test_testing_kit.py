@@ -11,6 +11,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 import sqlq_orm
+from sqlq_orm.ops.invariants import check
 from sqlq_orm.schema.models import Job, JobAttempt
 from sqlq_orm.tasks.middleware import TaskMiddleware
 from sqlq_orm.testing import (
@@ -188,6 +189,7 @@ def test_drain_with_scheduled_retries_a_job_to_its_end_without_sleeping(queue, c
     assert seen["flaky"] == 3 and clock.now() - started >= 120
     row = queue.get_job(job)
     assert (row.status, row.retry_count, row.error_code) == ("FAILED", 2, "EXCEPTION:RUNTIME_ERROR")
+    assert check(queue) == []  # recorded as a worker records it: `sqlq check` agrees
 
 
 def test_drain_retries_a_plain_handler_by_the_queues_retry_policy(engine, clock):
@@ -219,6 +221,7 @@ def test_drain_follows_snoozes_and_dependencies_in_order(queue):
     assert [o for o in seen["order"]] == ["step:1", "step:2", "step:3"]
     assert (result.succeeded, result.snoozed) == (4, 2)
     assert str(result) == "6 run(s): 4 succeeded, 0 failed, 0 retried, 2 snoozed, 0 cancelled"
+    assert check(queue) == []  # recorded as a worker records it: `sqlq check` agrees
 
 
 def test_drain_stops_at_max_jobs_and_names_its_queues(queue):
@@ -312,6 +315,7 @@ def test_the_rolled_back_transaction_pattern(engine, queue, clock):  # and Maria
 
         assert (result.succeeded, result.retried, result.failed) == (2, 2, 1)
         assert seen["tasks"]["welcome"].result(job) == "sent to a@example.com in Springfield"
+        assert check(in_test) == []  # `sqlq check` inside the transaction
         with Session(engine) as other:  # nobody else sees any of it
             assert other.scalar(select(func.count()).select_from(Job)) == 0
     finally:
