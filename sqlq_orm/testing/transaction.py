@@ -2,7 +2,7 @@
 
 The common SQLAlchemy test pattern runs each test inside a transaction on one
 connection and rolls it back at the end, so tests never see (or delete) each other's
-rows and can run in parallel::
+rows::
 
     connection = engine.connect()
     outer = connection.begin()
@@ -16,7 +16,8 @@ gives a copy of the queue whose every operation runs on ``connection`` instead, 
 write in a savepoint of its own (so a refused operation undoes only itself): jobs
 enqueued through the test's session are claimed, run and recorded by
 :func:`~sqlq_orm.testing.drain`, and all of it goes away with the rollback. On
-SQLite, PostgreSQL and MariaDB.
+SQLite, PostgreSQL and MariaDB (test sessions at the same time on one database: on
+PostgreSQL; on MariaDB two such long transactions can wait on each other's locks).
 """
 
 from __future__ import annotations
