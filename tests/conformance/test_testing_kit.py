@@ -289,9 +289,12 @@ def test_inline_mode_as_a_block(queue):
     registry, seen = make_registry(queue)
     with registry.inline_mode():
         ran = seen["tasks"]["step"].enqueue(1)
+        many = seen["tasks"]["step"].enqueue_many([{"n": 3}, {"n": 4}])
     waits = seen["tasks"]["step"].enqueue(2)
     assert queue.get_job(ran).status == "SUCCEEDED"
+    assert [queue.get_job(job).status for job in many] == ["SUCCEEDED", "SUCCEEDED"]
     assert queue.get_job(waits).status == "QUEUED" and not registry.inline
+    assert seen["order"] == ["step:1", "step:3", "step:4"]
 
 
 @pytest.mark.parametrize("db_url", BACKENDS, indirect=True)
