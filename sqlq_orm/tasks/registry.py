@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
 from sqlq_orm.core import validation
@@ -114,8 +115,12 @@ class TaskRegistry(HandlerRegistry):
         queue: Queue | AsyncQueue | None = None,
         *,
         handlers: Mapping[str, Handler] | None = None,
+        inline: bool = False,
     ) -> None:
         super().__init__(handlers)
+        self.inline = bool(inline)
+        """Run each task's job in the enqueuing thread once its transaction commits
+        (:mod:`sqlq_orm.tasks.inline`), instead of leaving it to a worker."""
         self._queue: Queue | None = None
         self._async_queue: AsyncQueue | None = None
         self._tasks: dict[str, Task[Any, Any]] = {}
@@ -159,6 +164,16 @@ class TaskRegistry(HandlerRegistry):
                 "TaskRegistry(async_queue) or call registry.bind(async_queue) first"
             )
         return self._async_queue
+
+    @contextmanager
+    def inline_mode(self, inline: bool = True) -> Iterator[TaskRegistry]:
+        """``with registry.inline_mode(): ...``: :attr:`inline` for the block, as it
+        was afterwards."""
+        before, self.inline = self.inline, bool(inline)
+        try:
+            yield self
+        finally:
+            self.inline = before
 
     def add_middleware(self, middleware: TaskMiddleware) -> TaskMiddleware:
         """Run ``middleware`` around every enqueue and every run of this registry's

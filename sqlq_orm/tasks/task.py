@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, ca
 from sqlq_orm.errors import InvalidInput
 from sqlq_orm.queue.queue import Queue
 from sqlq_orm.queue.types import EnqueuedJob, JobSpec
+from sqlq_orm.tasks.inline import run_when_committed
 from sqlq_orm.tasks.middleware import TaskMiddleware, through_enqueue
 from sqlq_orm.tasks.signature import TaskSignature
+from sqlq_orm.worker.handlers import HandlerRegistry
 
 if TYPE_CHECKING:
     from sqlq_orm.queue.aio import AsyncQueue
@@ -214,6 +216,18 @@ class Task(Generic[P, R]):
         unexpected or non-JSON argument raises :class:`~sqlq_orm.errors.InvalidInput`
         naming it, and nothing is written.
         """
+        job = self._enqueue(args, kwargs)
+        if getattr(self.registry, "inline", False):
+            self._run_inline([self.defaults.queue])
+        return job
+
+    def _run_inline(self, queues: Iterable[str]) -> None:
+        """Inline mode (:mod:`sqlq_orm.tasks.inline`): run the queues' ready jobs once
+        the enqueue is committed."""
+        handlers = cast(HandlerRegistry, self.registry)  # a TaskRegistry is one
+        run_when_committed(self.registry.queue, handlers, queues, self.defaults.session)
+
+    def _enqueue(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> EnqueuedJob:
         middlewares = self.registry.middlewares
         if not middlewares:  # the common path: no JobSpec in between
             payload, dedupe_key, concurrency_key = self._bound(args, kwargs)
@@ -285,7 +299,11 @@ class Task(Generic[P, R]):
         index) writes none. Returns the jobs in order.
         """
         specs = self.specs(arguments)
-        return self.registry.queue.enqueue_many(specs, session=self.defaults.session)
+        jobs = self.registry.queue.enqueue_many(specs, session=self.defaults.session)
+        if getattr(self.registry, "inline", False) and specs:
+            queues = {spec.queue for spec in specs}
+            self._run_inline(queues)
+        return jobs
 
     async def enqueue_many_async(self, arguments: Iterable[Mapping[str, Any]]) -> list[EnqueuedJob]:
         """:meth:`enqueue_many` on the registry's :class:`~sqlq_orm.AsyncQueue`."""

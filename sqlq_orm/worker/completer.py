@@ -42,7 +42,12 @@ Pending = tuple[JobRun, Outcome]
 
 
 class Completer:
-    """Records the outcomes handler threads :meth:`submit`, in groups, in its own thread."""
+    """Records the outcomes handler threads :meth:`submit`, in groups, in its own thread.
+
+    With ``threaded=False`` it has no thread: :meth:`submit` records the outcome before
+    it returns (running jobs one at a time in the caller's thread,
+    :mod:`sqlq_orm.worker.in_process`).
+    """
 
     def __init__(
         self,
@@ -52,6 +57,7 @@ class Completer:
         *,
         retry_pause: float,
         max_batch: int = 500,
+        threaded: bool = True,
     ) -> None:
         self._queue = queue
         self._runs = runs
@@ -61,11 +67,17 @@ class Completer:
         self._condition = threading.Condition(threading.Lock())  # never taken twice
         self._waiting: list[Pending] = []
         self._closed = False
-        self._thread = threading.Thread(target=self._loop, name="sqlq-completer", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        if threaded:
+            self._thread = threading.Thread(target=self._loop, name="sqlq-completer", daemon=True)
+            self._thread.start()
 
     def submit(self, run: JobRun, outcome: Outcome) -> None:
-        """Record ``outcome`` for ``run`` (a FINISHING run) soon; returns at once."""
+        """Record ``outcome`` for ``run`` (a FINISHING run) soon; returns at once (without
+        a thread: once recorded)."""
+        if self._thread is None:
+            self._record([(run, outcome)])
+            return
         with self._condition:
             self._waiting.append((run, outcome))
             self._condition.notify()
@@ -75,7 +87,8 @@ class Completer:
         with self._condition:
             self._closed = True
             self._condition.notify()
-        self._thread.join(timeout=timeout)
+        if self._thread is not None:
+            self._thread.join(timeout=timeout)
 
     def _loop(self) -> None:
         while True:

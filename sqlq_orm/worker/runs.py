@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlq_orm.core.lease import Lease
-from sqlq_orm.worker.handlers import AsyncJobContext, JobContext
+from sqlq_orm.worker.handlers import AsyncJobContext, HandlerRegistry, JobContext
 
 log = logging.getLogger("sqlq_orm.worker")
 
@@ -56,6 +56,40 @@ class JobRun:
     def describe(self) -> str:
         """``job 7 attempt 2 (send_email)``: how the log names this run."""
         return f"job {self.lease.job_id} attempt {self.lease.attempt} ({self.lease.type})"
+
+
+def run_for(
+    lease: Lease,
+    handlers: HandlerRegistry,
+    *,
+    worker_id: str,
+    lease_seconds: int,
+    leased_at: float,
+    shutdown: threading.Event,
+) -> JobRun:
+    """A claimed job as a run: its context (an :class:`AsyncJobContext` for an ``async
+    def`` handler) and its max-runtime deadline, counted from ``leased_at``
+    (``time.monotonic()`` before the claim was sent: never later than the database's)."""
+    context_type = AsyncJobContext if handlers.is_coroutine(lease.type) else JobContext
+    context = context_type(
+        job_id=lease.job_id,
+        attempt=lease.attempt,
+        type=lease.type,
+        queue=lease.queue,
+        payload=None,  # decoded in the job's thread, where a corrupt one fails the job
+        payload_ref=lease.payload_ref,
+        worker_id=worker_id,
+        retries_left=lease.retries_left,
+        retry_count=lease.retry_count,
+        lease_seconds=handlers.lease_seconds_of(lease.type) or lease_seconds,
+        leased_at=leased_at,
+        shutdown=shutdown,
+        columns=lease.columns,
+    )
+    run = JobRun(lease=lease, context=context)
+    if lease.max_runtime_seconds is not None:
+        run.deadline = leased_at + lease.max_runtime_seconds
+    return run
 
 
 def count_stuck(runs: list[JobRun]) -> str:

@@ -71,7 +71,7 @@ from sqlq_orm.schema.mixins import QUEUE_MAX, WORKER_ID_MAX
 from sqlq_orm.worker.aio import HandlerLoop
 from sqlq_orm.worker.completer import Completer
 from sqlq_orm.worker.execution import JobExecutor
-from sqlq_orm.worker.handlers import AsyncJobContext, Handler, HandlerRegistry, JobContext
+from sqlq_orm.worker.handlers import Handler, HandlerRegistry
 from sqlq_orm.worker.heartbeat import Heartbeat, once_more_if_disconnected
 from sqlq_orm.worker.outcomes import (
     INVALID_ERROR_CODE,
@@ -84,7 +84,7 @@ from sqlq_orm.worker.outcomes import (
 )
 from sqlq_orm.worker.pool import HandlerPool
 from sqlq_orm.worker.prefetch import PrefetchGauge
-from sqlq_orm.worker.runs import JobRun, RunTable, count_stuck, describe_stuck
+from sqlq_orm.worker.runs import JobRun, RunTable, count_stuck, describe_stuck, run_for
 from sqlq_orm.worker.scheduling import SchedulerThread
 from sqlq_orm.worker.stats import WorkerStats
 from sqlq_orm.worker.stopping import StopRequests
@@ -419,27 +419,14 @@ class Worker:
         return runs
 
     def _run_for(self, lease: Lease, leased_at: float) -> JobRun:
-        context_type = AsyncJobContext if self.handlers.is_coroutine(lease.type) else JobContext
-        context = context_type(
-            job_id=lease.job_id,
-            attempt=lease.attempt,
-            type=lease.type,
-            queue=lease.queue,
-            payload=None,  # decoded in the job's thread, where a corrupt one fails the job
-            payload_ref=lease.payload_ref,
+        return run_for(
+            lease,
+            self.handlers,
             worker_id=self.worker_id,
-            retries_left=lease.retries_left,
-            retry_count=lease.retry_count,
-            lease_seconds=self.handlers.lease_seconds_of(lease.type) or self.lease_seconds,
+            lease_seconds=self.lease_seconds,
             leased_at=leased_at,
             shutdown=self._stop.shutdown,
-            columns=lease.columns,
         )
-        run = JobRun(lease=lease, context=context)
-        if lease.max_runtime_seconds is not None:
-            # Counted from before the claim was sent: never later than the database's.
-            run.deadline = leased_at + lease.max_runtime_seconds
-        return run
 
     # ----------------------------------------------------------------- liveness
 

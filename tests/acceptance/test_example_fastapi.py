@@ -1,5 +1,7 @@
 """examples/fastapi_app: a FastAPI app that enqueues inside the request's transaction,
-driven through FastAPI's test client, with a real worker running its async handler.
+driven through FastAPI's test client, its jobs checked and run with the testing kit
+(``sqlq_orm.testing``: the example's worker's queue and async handler, drained in the
+test's thread through the worker's own code).
 
 Runs on a SQLite file (aiosqlite), PostgreSQL (asyncpg) and MariaDB (aiomysql).
 """
@@ -14,10 +16,8 @@ from types import SimpleNamespace
 
 import pytest
 import sqlalchemy
-from sqlalchemy import func, select
 
-from sqlq_orm.schema.models import Job
-from tests.support.worker_helpers import running, wait_until
+from sqlq_orm.testing import assert_enqueued, assert_not_enqueued, drain
 
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402 - after the skip
@@ -38,40 +38,30 @@ def example() -> Iterator[SimpleNamespace]:
         sys.modules.pop(name, None)
 
 
-def _jobs(engine) -> int:
-    with engine.connect() as connection:
-        return int(connection.scalar(select(func.count()).select_from(Job)))
-
-
 def test_an_order_and_its_job_commit_together_and_an_async_handler_runs_it(example, db_url, engine):
     # No driver in the URL, as a user would write it: create_engine and
     # create_async_engine each pick theirs (psycopg / asyncpg, PyMySQL / aiomysql).
     parsed = sqlalchemy.make_url(db_url)
     url = parsed.set(drivername=parsed.get_backend_name()).render_as_string(hide_password=False)
-    worker = example.worker.make_worker(
-        url, poll_interval=0.05, install_signal_handlers=False, sweep_interval=None
-    )
+    worker = example.worker.make_worker(url)
+    queue = worker.queue
 
     with TestClient(example.app.create_app(url)) as client:
         refused = client.post("/orders", json={"number": "A-0", "total": 0})
         assert refused.status_code == 422, refused.text
-        assert _jobs(engine) == 0  # rolled back with the request: no order, no job
+        assert_not_enqueued("send_receipt", on=queue)  # rolled back with the request
 
         placed = client.post("/orders", json={"number": "A-1", "total": 42})
         assert placed.status_code == 201, placed.text
         order_id, job_id = placed.json()["order_id"], placed.json()["job_id"]
+        assert_enqueued("send_receipt", on=queue, args={"order_id": order_id}, queue="mail")
         assert client.get(f"/orders/{order_id}").json()["receipt"] is None
 
-        with running(worker):
-            wait_until(
-                lambda: client.get(f"/orders/{order_id}").json()["receipt"] is not None,
-                "the worker's async handler to send the receipt",
-            )
+        assert drain(queue, worker.handlers, queues=worker.queues).succeeded == 1
 
         assert client.get(f"/orders/{order_id}").json() == {
             "number": "A-1", "total": 42, "receipt": "receipt for A-1: 42",
         }  # fmt: skip
         assert client.get("/orders/999").status_code == 404
-    row = worker.queue.get_job(job_id)
+    row = queue.get_job(job_id)
     assert (row.status, row.result_ref, row.queue) == ("SUCCEEDED", f"receipt:{order_id}", "mail")
-    assert _jobs(engine) == 1

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 
+import pytest
 from mypy import api
 
 import sqlq_orm
@@ -51,3 +52,21 @@ def test_the_app_enqueues_waits_for_a_result_and_a_worker_runs_both_tasks(db_url
     finally:
         worker.send_signal(signal.SIGTERM)
         worker.wait(60)
+
+
+def test_the_example_tasks_under_the_testing_kit(monkeypatch):
+    # A unit test of the example's tasks, as its users would write one: perform runs a
+    # task now (arguments through the same check and JSON as enqueue), without a worker.
+    from sqlq_orm.testing import perform
+
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    import jobs  # examples/tasks_app/jobs.py
+
+    invoice = perform(jobs.make_invoice, "A-1", [jobs.Line("tea", 2, 450)], job_id=7)
+    assert invoice == jobs.Invoice("A-1", 900)  # rebuilt from its JSON, as task.wait gives it
+    assert perform(jobs.send_receipt, to="a@example.com", invoice=invoice) is None
+    with pytest.raises(ValueError, match="not an address"):
+        perform(jobs.send_receipt, to="nobody", invoice=invoice)
+    with pytest.raises(sqlq_orm.InvalidInput, match="lines"):
+        perform(jobs.make_invoice, "A-1", lines=[object()])
+    sys.modules.pop("jobs", None)

@@ -14,6 +14,7 @@ import pytest
 import sqlq_orm
 from sqlq_orm import FixedBackoff, InvalidInput, JobError, LinearBackoff, Queue, RetryPolicy
 from sqlq_orm.core.timing import ROUNDING_SECONDS
+from sqlq_orm.testing import drain  # every job due at the pinned now, run in this thread
 from tests.support.queue_helpers import assert_histories_are_legal, event_names, job_row
 
 QUEUE_POLICY = RetryPolicy(base_seconds=10, max_seconds=3600, jitter=0)
@@ -23,15 +24,6 @@ QUEUE_POLICY = RetryPolicy(base_seconds=10, max_seconds=3600, jitter=0)
 @pytest.fixture
 def steady_queue(engine: Any, clock: sqlq_orm.PinnedClock) -> Queue:
     return Queue(engine, clock=clock, retry_policy=QUEUE_POLICY)
-
-
-def drain(queue: Queue, registry: sqlq_orm.TaskRegistry) -> sqlq_orm.WorkerStats:
-    """Run every job due at the pinned now, then stop."""
-    worker = sqlq_orm.Worker(
-        queue, registry, burst=True, install_signal_handlers=False,
-        sweep_interval=None, poll_interval=0.05,
-    )  # fmt: skip
-    return worker.run()
 
 
 def retry_delays(engine: Any, job_id: int) -> list[int]:

@@ -27,6 +27,7 @@ LAYERS: dict[str, int] = {
     "sqlq_orm.worker": 6,
     "sqlq_orm.tasks": 6,  # beside the worker: a task is a handler to it (tasks -> worker only)
     "sqlq_orm.cli": 7,
+    "sqlq_orm.testing": 7,  # the testing kit, beside the CLI: nothing imports it
     "sqlq_orm.dashboard": 7,
     "sqlq_orm.__main__": 8,
     "sqlq_orm": 8,  # the package's __init__: the public surface re-exports every layer
@@ -162,3 +163,18 @@ def test_only_the_cli_imports_the_dashboard_and_the_dashboard_not_the_cli():
             if in_dashboard and layer_of(target) == "sqlq_orm.cli":
                 wrong.append(f"{module} imports {target}")
     assert wrong == []
+
+
+def test_nothing_imports_the_testing_kit_and_only_its_plugin_imports_pytest():
+    # The testing kit is a user-facing room at the top (beside the CLI): nothing in the
+    # package, the public surface included, imports it, and pytest is imported only by
+    # its plugin module (the rest works under any test runner).
+    wrong = []
+    for module, imported in import_graph().items():
+        if layer_of(module) != "sqlq_orm.testing":
+            kit = [t for t in imported if layer_of(t) == "sqlq_orm.testing"]
+            wrong += [f"{module} imports {target}" for target in kit]
+    assert wrong == []
+    for module, path in all_modules().items():
+        if layer_of(module) == "sqlq_orm.testing" and module != "sqlq_orm.testing.pytest_plugin":
+            assert "import pytest" not in path.read_text(), module
