@@ -68,9 +68,14 @@ from sqlq_orm.db.engine import require_shared_database
 from sqlq_orm.errors import HandlersStuck, InvalidInput, LeaseLost
 from sqlq_orm.queue.queue import Queue
 from sqlq_orm.schema.mixins import QUEUE_MAX, WORKER_ID_MAX
-from sqlq_orm.worker.aio import HandlerLoop
 from sqlq_orm.worker.completer import Completer
-from sqlq_orm.worker.execution import JobExecutor
+from sqlq_orm.worker.executors import (
+    Executor,
+    PoolLimits,
+    RunServices,
+    require_pool,
+    start_executor,
+)
 from sqlq_orm.worker.handlers import AsyncJobContext, Handler, HandlerRegistry, JobContext
 from sqlq_orm.worker.heartbeat import Heartbeat, once_more_if_disconnected
 from sqlq_orm.worker.outcomes import (
@@ -82,7 +87,6 @@ from sqlq_orm.worker.outcomes import (
     one_line,
     outcome_of_exception,
 )
-from sqlq_orm.worker.pool import HandlerPool
 from sqlq_orm.worker.prefetch import PrefetchGauge
 from sqlq_orm.worker.runs import JobRun, RunTable, count_stuck, describe_stuck
 from sqlq_orm.worker.scheduling import SchedulerThread
@@ -164,6 +168,9 @@ class Worker:
         burst: bool = False,
         install_signal_handlers: bool = True,
         run_schedules: bool = True,
+        pool: str = "thread",
+        max_jobs_per_child: int | None = None,
+        max_memory_per_child: int | None = None,
     ) -> None:
         require_shared_database(queue.engine, "a Worker (one thread per job, plus heartbeats)")
         self.queue = queue
@@ -207,6 +214,15 @@ class Worker:
             "max_abandoned", self.concurrency if max_abandoned is None else max_abandoned, minimum=0
         )
         self.burst = burst
+        self.pool = require_pool(pool)
+        self.pool_limits = PoolLimits(
+            max_jobs_per_child=validation.optional_int(
+                "max_jobs_per_child", max_jobs_per_child, minimum=1
+            ),
+            max_memory_per_child=validation.optional_int(
+                "max_memory_per_child", max_memory_per_child, minimum=1
+            ),
+        )
         capacity = self.concurrency + self.prefetch
         self._prefetch = PrefetchGauge(self.prefetch, self.concurrency)
         self.install_signal_handlers = install_signal_handlers
@@ -217,8 +233,7 @@ class Worker:
         self._stuck: list[JobRun] = []  # set when abandoned threads spent the budget
         self._runs = RunTable(capacity, self.max_abandoned, slot_freed=self._stop.wake)
         self._completer: Completer | None = None  # started by run()
-        self._pool: HandlerPool | None = None
-        self._loop: HandlerLoop | None = None  # started by run() for async def handlers
+        self._pool: Executor | None = None  # started by run(): threads or processes
         # The registry's recurring schedules (registry.periodic), unless run_schedules=False.
         self._scheduling = SchedulerThread.for_worker(
             queue, self.handlers if run_schedules else HandlerRegistry(), self.worker_id
@@ -267,18 +282,21 @@ class Worker:
         self._completer = Completer(
             self.queue, self._runs, self.stats, retry_pause=min(1.0, self.heartbeat_interval)
         )
-        executor = JobExecutor(
-            self.handlers,
-            self._runs,
-            self.stats,
-            self._completer,
-            self._prefetch,
-            worker_id=self.worker_id,
+        self._pool = start_executor(
+            self.pool,
+            RunServices(
+                self.handlers,
+                self._runs,
+                self.stats,
+                self._completer,
+                self._prefetch,
+                worker_id=self.worker_id,
+                concurrency=self.concurrency,
+                limits=self.pool_limits,
+            ),
         )
-        if self.handlers.has_coroutines:
-            self._loop = HandlerLoop(executor.execute_async, self.handlers.loop_cleanups)
-        self._pool = HandlerPool(self.concurrency, executor.execute, tasks=self._loop)
         self._runs.handler_abandoned = self._pool.detach
+        self._heartbeat.stop_at_deadline = self._pool.stop_at_deadline
         # A burst worker leaves once idle: it needs no listener for other processes.
         arrivals = self.queue.watch_for_jobs(
             self.queues, self._stop.jobs_ready, listen=not self.burst
@@ -485,8 +503,6 @@ class Worker:
             )
         if self._pool is not None:
             self._pool.close()
-        if self._loop is not None:
-            self._loop.close()
         if self._completer is not None:
             self._completer.close()
         self._heartbeat.stop(timeout=5)
