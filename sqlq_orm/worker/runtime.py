@@ -59,6 +59,7 @@ import secrets
 import socket
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -256,6 +257,12 @@ class Worker:
     def running_jobs(self) -> list[int]:
         """Ids of the jobs this worker currently holds a slot for."""
         return self._runs.job_ids()
+
+    @property
+    def pool_info(self) -> dict[str, Any]:
+        """The pool's kind and, for processes, its children (pid, jobs so far),
+        recycles, crashes and kills at deadline, as ``sqlq stats`` shows them."""
+        return {"kind": self.pool} if self._pool is None else self._pool.info()
 
     def run(self) -> WorkerStats:
         """Register, work until asked to stop (or idle, in burst mode), shut down.
