@@ -1,16 +1,18 @@
-"""The worker: a pipeline that claims jobs in batches, runs their handlers on a pool of
-threads, records outcomes in groups, heartbeats, and stops gracefully.
+"""The worker: a pipeline that claims jobs in batches, runs their handlers on a pool
+(threads, or child processes: :mod:`~sqlq_orm.worker.executors`, chosen with
+``pool=``), records outcomes in groups, heartbeats, and stops gracefully.
 
-One worker process has four kinds of threads:
+One worker process has these threads (the process pool's children are described in
+:mod:`~sqlq_orm.worker.executors.processes`):
 
 - the **main thread** runs :meth:`Worker.run`, the *fetcher*: it claims as many jobs
   as there are free slots in one statement (straight into RUNNING), the slots being
   ``concurrency`` handler threads plus ``prefetch`` jobs waiting for one, so a
   handler thread never waits on a round trip; and it runs the sweeper on a jittered
   interval so a dead worker's jobs come back without anyone watching;
-- ``concurrency`` **handler threads** (:mod:`~sqlq_orm.worker.pool`, started as
-  needed and reused) call each job's handler with no transaction open
-  (:mod:`~sqlq_orm.worker.execution`) and hand the outcome over;
+- ``concurrency`` **handler threads** (or, with ``pool="process"``, one thread per
+  child process) call each job's handler with no transaction open and hand the
+  outcome over;
 - one **completer thread** (:mod:`~sqlq_orm.worker.completer`) records the outcomes
   in groups: every success of a batch in one fenced statement, every failure in one
   transaction, attempt closes and events as multi-row inserts;
@@ -66,7 +68,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlq_orm.core import validation
 from sqlq_orm.core.lease import Lease
 from sqlq_orm.db.engine import require_shared_database
-from sqlq_orm.errors import HandlersStuck, InvalidInput, LeaseLost
+from sqlq_orm.errors import HandlersStuck, InvalidInput
 from sqlq_orm.queue.queue import Queue
 from sqlq_orm.schema.mixins import QUEUE_MAX, WORKER_ID_MAX
 from sqlq_orm.worker.completer import Completer
@@ -89,6 +91,7 @@ from sqlq_orm.worker.outcomes import (
     outcome_of_exception,
 )
 from sqlq_orm.worker.prefetch import PrefetchGauge
+from sqlq_orm.worker.releasing import release_runs
 from sqlq_orm.worker.runs import JobRun, RunTable, count_stuck, describe_stuck
 from sqlq_orm.worker.scheduling import SchedulerThread
 from sqlq_orm.worker.stats import WorkerStats
@@ -147,8 +150,10 @@ class Worker:
     nothing runs; it sweeps first thing and again on its way out (unless
     ``sweep_interval`` is None). The registry's recurring schedules
     (``registry.periodic``) are ticked in a thread unless ``run_schedules=False``
-    (:mod:`sqlq_orm.worker.scheduling`). See the module docs for how jobs are abandoned
-    and how shutdown works.
+    (:mod:`sqlq_orm.worker.scheduling`). ``pool="process"`` runs each job in a child
+    process, replaced after ``max_jobs_per_child`` jobs or past ``max_memory_per_child``
+    MB (:mod:`~sqlq_orm.worker.executors`; docs/explanation/saving-workers.md).
+    See the module docs for how jobs are abandoned and how shutdown works.
     """
 
     def __init__(
@@ -216,14 +221,7 @@ class Worker:
         )
         self.burst = burst
         self.pool = require_pool(pool)
-        self.pool_limits = PoolLimits(
-            max_jobs_per_child=validation.optional_int(
-                "max_jobs_per_child", max_jobs_per_child, minimum=1
-            ),
-            max_memory_per_child=validation.optional_int(
-                "max_memory_per_child", max_memory_per_child, minimum=1
-            ),
-        )
+        self.pool_limits = PoolLimits.checked(max_jobs_per_child, max_memory_per_child)
         capacity = self.concurrency + self.prefetch
         self._prefetch = PrefetchGauge(self.prefetch, self.concurrency)
         self.install_signal_handlers = install_signal_handlers
@@ -476,6 +474,7 @@ class Worker:
             pid=os.getpid(),
             queues=self.queues,
             concurrency=self.concurrency,
+            pool=self.pool_info,
         )
 
     def _touch_liveness(self) -> None:
@@ -527,28 +526,4 @@ class Worker:
         self._release(self._runs.abandon_all_running("released at shutdown"))
 
     def _release(self, runs: list[JobRun]) -> None:
-        """Give ``runs`` back to the queue (RELEASED, no retry spent), in one transaction."""
-        if not runs:
-            return
-        reason = f"worker {self.worker_id} shutting down"
-        try:
-            lost = {
-                lease.job_id for lease in self.queue.release_many([r.lease for r in runs], reason)
-            }
-        except SQLAlchemyError as exc:
-            log.warning(
-                "%d job(s) could not be released (%s); the sweeper will recover them",
-                len(runs),
-                one_line(str(exc)),
-            )
-            return
-        for run in runs:
-            if run.lease.job_id in lost:
-                log.warning(
-                    "%s could not be released (%s); the sweeper will recover it",
-                    run.describe(),
-                    LeaseLost(run.lease.job_id),
-                )
-            else:
-                self.stats.add("released")
-                log.info("%s released back to the queue", run.describe())
+        release_runs(self.queue, self.worker_id, runs, self.stats)

@@ -201,3 +201,26 @@ def test_async_handlers_run_on_each_childs_own_loop(live_queue):
     assert stats.succeeded == 4
     assert {r["pid"] for r in results} != {os.getpid()} and len({r["pid"] for r in results}) == 1
     assert len({r["loop"] for r in results}) == 1  # one loop for the child's life
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_sqlq_stats_shows_each_workers_pool_its_children_and_their_jobs(live_queue):
+    from sqlq_orm.ops.render import render_stats_text
+    from sqlq_orm.ops.stats import collect_stats
+
+    registry = HandlerRegistry({"echo": pid_of})
+    job = live_queue.enqueue("echo").id
+    worker = process_worker(live_queue, registry, concurrency=2, heartbeat_interval=0.1)
+
+    def pool_seen():
+        (view,) = collect_stats(live_queue).workers
+        return view.pool and sum(c["jobs"] for c in view.pool["children"]) == 1 and view
+
+    with running(worker):
+        wait_until(status_is(live_queue, job, "SUCCEEDED"), "the job to run")
+        view = wait_until(pool_seen, "the worker row to carry its pool")
+        text = render_stats_text(collect_stats(live_queue))
+
+    assert view.pool_kind == "process" and len(view.pool["children"]) == 2
+    assert result_of(live_queue, job) in {c["pid"] for c in view.pool["children"]}
+    assert f"pool of {worker.worker_id}: process: 2 children" in text

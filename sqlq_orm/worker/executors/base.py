@@ -19,6 +19,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from sqlq_orm.core import validation
 from sqlq_orm.worker.completer import Completer
 from sqlq_orm.worker.handlers import HandlerRegistry
 from sqlq_orm.worker.outcomes import Outcome
@@ -41,6 +42,14 @@ class PoolLimits:
 
     max_jobs_per_child: int | None = None
     max_memory_per_child: int | None = None
+
+    @classmethod
+    def checked(cls, max_jobs_per_child: object, max_memory_per_child: object) -> PoolLimits:
+        """The limits, each None or an integer >= 1 (else ``InvalidInput``)."""
+        return cls(
+            validation.optional_int("max_jobs_per_child", max_jobs_per_child, minimum=1),
+            validation.optional_int("max_memory_per_child", max_memory_per_child, minimum=1),
+        )
 
 
 @dataclass(frozen=True)
