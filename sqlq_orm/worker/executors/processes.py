@@ -157,12 +157,18 @@ class ProcessExecutor:
     def _serve_slot(self, slot: _Slot) -> None:
         try:
             while True:
+                if slot.child is not None and slot.child.ending is not None:
+                    self._after_job(slot)  # ended before its job began: replace it
                 if slot.child is None:
                     slot.child = self._spawn()
                 run = self._next_run()
                 if run is None:
                     return
+                with slot.lock:  # from now on, stopping the run ends this child
+                    slot.run = run
                 if not self._services.runs.begin_handler(run):
+                    with slot.lock:
+                        slot.run = None
                     continue  # given up on while it waited (lease lost, shutdown)
                 self._run(slot, run)
                 self._after_job(slot)
@@ -182,8 +188,6 @@ class ProcessExecutor:
         services = self._services
         child = slot.child
         assert child is not None
-        with slot.lock:
-            slot.run = run
         began = time.monotonic()
         reply = None
         try:
@@ -229,6 +233,9 @@ class ProcessExecutor:
     def _after_job(self, slot: _Slot) -> None:
         child = slot.child
         assert child is not None
+        if child.ending is not None and not child.reaped:
+            # Told to end just as its job came back: it must not take the next one.
+            self._reap(slot, child)
         if child.reaped:
             slot.child = None  # a fresh child next time round
             return
