@@ -17,6 +17,7 @@ import signal
 from pathlib import Path
 
 import pytest
+import sqlalchemy
 
 import sqlq_orm
 from sqlq_orm import HandlerRegistry, JobContext, JobResult, Worker
@@ -224,3 +225,25 @@ def test_sqlq_stats_shows_each_workers_pool_its_children_and_their_jobs(live_que
     assert view.pool_kind == "process" and len(view.pool["children"]) == 2
     assert result_of(live_queue, job) in {c["pid"] for c in view.pool["children"]}
     assert f"pool of {worker.worker_id}: process: 2 children" in text
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_an_app_engine_the_parent_used_before_the_fork_is_not_shared_with_a_child(
+    db_url, live_queue
+):
+    app_engine = sqlalchemy.create_engine(db_url)  # the app's own: no sqlq fork guard
+    backend_pid = sqlalchemy.text("SELECT pg_backend_pid()")
+    with app_engine.connect() as connection:
+        parents = connection.execute(backend_pid).scalar()
+
+    def backend(ctx: JobContext) -> JobResult:
+        with app_engine.connect() as connection:
+            return JobResult(connection.execute(backend_pid).scalar())
+
+    job = live_queue.enqueue("backend").id
+    stats = process_worker(live_queue, HandlerRegistry({"backend": backend}), burst=True).run()
+
+    assert stats.succeeded == 1 and result_of(live_queue, job) != parents
+    with app_engine.connect() as connection:  # and the parent's connection still works
+        assert connection.execute(backend_pid).scalar() == parents
+    app_engine.dispose()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import gc
 import json
 import logging
 import os
@@ -27,6 +28,8 @@ import sys
 import threading
 import time
 from typing import Any, NoReturn
+
+from sqlalchemy.engine import Engine
 
 from sqlq_orm.core.lease import Lease
 from sqlq_orm.worker.execution import await_handler, call_handler
@@ -114,6 +117,22 @@ def _settle(parent: int) -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:  # the worker died before prctl took effect
         os._exit(0)
+    _drop_inherited_connections()
+
+
+_INHERITED: list[Any] = []
+"""The connection pools the child inherited, kept from the garbage collector: a
+collected connection may say goodbye to the server on the parent's socket."""
+
+
+def _drop_inherited_connections() -> None:
+    # The engines sqlq_orm made drop theirs already (the fork guard, db/engine.py);
+    # an app's own engine (sqlalchemy.create_engine, used by the parent before the
+    # fork) would otherwise hand the child the parent's pooled connections.
+    for found in gc.get_objects():
+        if isinstance(found, Engine):
+            _INHERITED.append(found.pool)
+            found.dispose(close=False)
 
 
 def peak_rss_kb() -> int:
