@@ -24,7 +24,7 @@ from bench.core import Config, Result, format_table
 BENCHES = (
     "lifecycle", "workers", "bulk", "scaling", "contention", "peers", "latency", "dashboard",
     "scheduler", "concurrency", "pgbouncer", "pg_cost", "pause", "wait", "rate_limit",
-    "ratios", "startup",
+    "ratios", "startup", "pools",
 )  # fmt: skip
 """Every bench module, in the order they run."""
 

@@ -26,7 +26,9 @@ async def _noop_async(context: Any) -> None:
     return None
 
 
-def _worker_process(url: str, concurrency: int, async_handler: bool, go: Any, out: Any) -> None:
+def _worker_process(
+    url: str, concurrency: int, async_handler: bool, pool: str, go: Any, out: Any
+) -> None:
     from sqlq_orm.worker.runtime import Worker
 
     engine = sqlq_orm.create_engine(url)
@@ -39,6 +41,7 @@ def _worker_process(url: str, concurrency: int, async_handler: bool, go: Any, ou
         burst=True,
         install_signal_handlers=False,
         worker_id=f"bench-drain-{concurrency}",
+        pool=pool,
     )
     go.wait()
     stats = worker.run()
@@ -56,10 +59,11 @@ def enqueue_noops(url: str, jobs: int) -> None:
 
 
 def drain_with_worker(
-    url: str, jobs: int, concurrency: int, *, async_handler: bool = False
+    url: str, jobs: int, concurrency: int, *, async_handler: bool = False, pool: str = "thread"
 ) -> float:
     """Drain the ``jobs`` waiting at ``url`` with one worker process; return jobs/s."""
-    elapsed, reports, _ = run_children(_worker_process, [(url, concurrency, async_handler)], 1.0)
+    child_args = [(url, concurrency, async_handler, pool)]
+    elapsed, reports, _ = run_children(_worker_process, child_args, 1.0)
     engine = sqlq_orm.create_engine(url)
     succeeded = count_rows(engine, "sqlq_jobs", "status = 'SUCCEEDED'")
     events = count_events(engine)

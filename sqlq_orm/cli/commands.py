@@ -154,6 +154,9 @@ def worker(
     burst: bool = False,
     retry_base: float | None = None,
     models: str | None = None,
+    pool: str = "thread",
+    max_jobs_per_child: int | None = None,
+    max_memory_per_child: int | None = None,
 ) -> int:
     """Run a worker until SIGTERM/SIGINT (or, with --burst, until the queue is empty).
 
@@ -189,6 +192,9 @@ def worker(
             worker_id=worker_id,
             sweep_interval=None if no_sweep else sweep_interval,
             burst=burst,
+            pool=pool,
+            max_jobs_per_child=max_jobs_per_child,
+            max_memory_per_child=max_memory_per_child,
         ).run()
     except HandlersStuck as exc:
         # The ERROR line naming the stuck jobs is in the log already.

@@ -41,13 +41,16 @@ DEMO_WORKER_ARGS = (
 )  # fmt: skip
 """Short leases and frequent sweeps, so a lost worker's jobs come back within seconds."""
 MEDIA_QUEUE = "media"
-"""The poison job's queue, served by a worker of its own, so its crashes hit only that one."""
+"""The poison job's queue, served by a worker of its own whose process pool runs each job in
+a child: a job that crashes takes down only its child, never the worker."""
 
 
 def demo_slots(workers: int) -> dict[str, list[str]]:
     """``workers`` general workers (4 jobs at a time) and one worker for the media queue."""
     slots = {f"w{n}": [*DEMO_WORKER_ARGS, "--concurrency", "4"] for n in range(1, workers + 1)}
-    slots[MEDIA_QUEUE] = [*DEMO_WORKER_ARGS, "--queue", MEDIA_QUEUE, "--concurrency", "1"]
+    slots[MEDIA_QUEUE] = [
+        *DEMO_WORKER_ARGS, "--queue", MEDIA_QUEUE, "--concurrency", "1", "--pool", "process",
+    ]  # fmt: skip
     return slots
 
 
@@ -301,13 +304,13 @@ def run_demo(
     say.say(
         "started workers "
         + ", ".join(f"{w} (pid {p})" for w, p in started)
-        + f" [lease 3s; {MEDIA_QUEUE}.* serves only the {MEDIA_QUEUE} queue]"
+        + f" [lease 3s; {MEDIA_QUEUE} serves only the {MEDIA_QUEUE} queue, in a process pool]"
     )
     plan = enqueue_demo_jobs(queue, jobs)
     say.say(
         f"enqueued {plan.total} jobs: fast, slow, failing, buggy, job {plan.victim} "
         f"(export_archive, its worker will be killed mid-run) and job {plan.poison} "
-        f"(render_video on the {MEDIA_QUEUE} queue: poison, it kills its worker)"
+        f"(render_video on the {MEDIA_QUEUE} queue: poison, it kills whatever process runs it)"
     )
     killed: tuple[str, int] | None = None
     seen_running_at: float | None = None
@@ -371,16 +374,20 @@ def run_demo(
     poison = queue.get_job(plan.poison)
     poison_view = report.render_timeline_text(job_timeline(queue, poison.id))
     say.section(
-        f"Job {poison.id} ({poison.type}): the poison job killed {poison.attempt_count} "
-        f"worker(s) and ended {poison.status} ({poison.error_code})",
+        f"Job {poison.id} ({poison.type}): the poison job crashed {poison.attempt_count} "
+        f"child process(es) of the {MEDIA_QUEUE} worker's process pool, no worker, and ended "
+        f"{poison.status} ({poison.error_code})",
         poison_view.split("\n\ntimeline")[0],  # its attempts say it all
     )
     recovered = recovered_count(queue)
+    poison_deaths = sum(1 for d in pool.deaths if d.worker_id.startswith(MEDIA_QUEUE))
     deaths = ", ".join(f"{d.worker_id} ({d.cause})" for d in pool.deaths) or "none"
     say.section(
         "Summary",
         f"  worker processes lost: {len(pool.deaths)} [{deaths}], each replaced by the supervisor\n"
         f"  jobs recovered by the sweepers after a lost lease: {recovered}\n"
+        f"  workers lost to the poison job: {poison_deaths} (its {poison.attempt_count} "
+        f"crash(es) ended only children of the {MEDIA_QUEUE} worker's process pool)\n"
         f"  nothing left behind: {counts.get('RUNNING', 0)} running, "
         f"{counts.get('CLAIMED', 0)} claimed\n"
         f"  database and worker logs: {directory}\n"

@@ -371,6 +371,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--retry-base", type=float, metavar="SECONDS",
         help="first retry delay for failures this worker records (default 10, doubling)",
     )  # fmt: skip
+    p.add_argument(
+        "--pool", choices=["thread", "process"], default="thread",
+        help="run jobs on threads (default) or in child processes, one job each: a job "
+        "that crashes, spins past its max runtime or eats memory harms only itself",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-jobs-per-child", type=whole_number(1), metavar="N",
+        help="with --pool process: replace a child after N jobs",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-memory-per-child", type=whole_number(1), metavar="MB",
+        help="with --pool process: replace a child once a job leaves it above MB of memory",
+    )  # fmt: skip
 
     p = add("sweep")
     p.add_argument("--loop", action="store_true", help="keep sweeping until SIGTERM/SIGINT")

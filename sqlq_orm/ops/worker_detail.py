@@ -54,7 +54,14 @@ def worker_detail(
         now = context.now(connection)
         row = connection.execute(
             select(
-                w.id, w.hostname, w.pid, w.queues, w.concurrency, w.started_at, w.last_seen_at
+                w.id,
+                w.hostname,
+                w.pid,
+                w.queues,
+                w.concurrency,
+                w.started_at,
+                w.last_seen_at,
+                w.pool,
             ).where(w.id == worker_id)
         ).first()
         held = [

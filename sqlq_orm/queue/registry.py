@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from sqlq_orm.core import validation
 from sqlq_orm.queue.core import QueueCore
@@ -13,9 +15,17 @@ class WorkerRegistry(QueueCore):
     """Registering and deregistering worker processes."""
 
     def register_worker(
-        self, worker_id: str, *, hostname: str, pid: int, queues: Sequence[str], concurrency: int
+        self,
+        worker_id: str,
+        *,
+        hostname: str,
+        pid: int,
+        queues: Sequence[str],
+        concurrency: int,
+        pool: Mapping[str, Any] | None = None,
     ) -> None:
-        """Record (upsert) that a worker is alive; call on every worker tick."""
+        """Record (upsert) that a worker is alive; call on every worker tick. ``pool``
+        describes its pool (kind, children...), stored as JSON text."""
         validation.require_name("worker_id", worker_id, WORKER_ID_MAX)
         with self._write() as connection:
             connection.execute(
@@ -26,6 +36,7 @@ class WorkerRegistry(QueueCore):
                     "p_pid": pid,
                     "p_queues": ",".join(queues),
                     "p_concurrency": concurrency,
+                    "p_pool": None if pool is None else json.dumps(dict(pool), default=str),
                 },
             )
 

@@ -467,6 +467,9 @@ class WorkerMixin:
     concurrency: Mapped[int] = mapped_column(Integer, default=1)
     started_at: Mapped[int] = mapped_column(BigInteger)
     last_seen_at: Mapped[int] = mapped_column(BigInteger)
+    pool: Mapped[str | None] = mapped_column(Text, nullable=True)
+    """The worker's pool as JSON text: kind, children (pid, jobs), recycles, crashes,
+    kills at deadline (sqlq_0019); None from workers that predate it."""
 
     @declared_attr.directive
     def __table_args__(cls) -> tuple[Any, ...]:

@@ -94,44 +94,13 @@ class JobExecutor:
 
     def _handler_of(self, run: JobRun) -> Handler:
         """The job's handler, with the payload decoded into its context."""
-        lease = run.lease
-        handler = self.handlers.get(lease.type)
-        if handler is None:
-            known = ", ".join(self.handlers.types) or "none"
-            raise JobError(
-                error_codes.UNKNOWN_TYPE,
-                f"no handler for job type {lease.type!r} on worker {self.worker_id} "
-                f"(known: {known})",
-                retryable=False,
-            )
-        run.context.payload = lease.payload
-        return handler
+        return handler_of(self.handlers, run, self.worker_id)
 
     def _call_handler(self, run: JobRun) -> Outcome:
-        try:
-            returned = self._handler_of(run)(run.context)
-        except BaseException as exc:  # noqa: BLE001 - a handler must never kill its thread silently
-            return self._outcome_of_error(run, exc)
-        return self._outcome_of_return(returned)
+        return call_handler(self.handlers, run, self.worker_id)
 
     async def _await_handler(self, run: JobRun) -> Outcome:
-        try:
-            returned = await self._handler_of(run)(run.context)
-        except BaseException as exc:  # noqa: BLE001 - nor its task
-            if isinstance(exc, GeneratorExit):
-                # The coroutine itself is being closed: its task was dropped with the
-                # loop (an abandoned task, collected after shutdown). Nothing is left
-                # to record, and logging a traceback from inside the garbage
-                # collector can break whatever the interrupted thread was parsing
-                # (Python 3.11's tracebacks parse source, and that parser's
-                # recursion count is shared: "AST constructor recursion depth
-                # mismatch").
-                raise
-            if isinstance(exc, asyncio.CancelledError) and run.context._given_up:
-                # Cancelled because the worker gave up on it: discarded, not a failure.
-                return Outcome(error_code=None)
-            return self._outcome_of_error(run, exc)
-        return self._outcome_of_return(returned)
+        return await await_handler(self.handlers, run, self.worker_id)
 
     @staticmethod
     def _outcome_of_error(run: JobRun, exc: BaseException) -> Outcome:
@@ -153,3 +122,53 @@ class JobExecutor:
         except InvalidInput as exc:
             return Outcome(INVALID_RESULT, str(exc), retryable=False)
         return Outcome(result_ref=result_ref)
+
+
+def handler_of(handlers: HandlerRegistry, run: JobRun, worker_id: str) -> Handler:
+    """``run``'s handler, with the payload decoded into its context (a job type
+    nobody handles, or a corrupt payload, raises the ``JobError`` that fails it)."""
+    lease = run.lease
+    handler = handlers.get(lease.type)
+    if handler is None:
+        known = ", ".join(handlers.types) or "none"
+        raise JobError(
+            error_codes.UNKNOWN_TYPE,
+            f"no handler for job type {lease.type!r} on worker {worker_id} (known: {known})",
+            retryable=False,
+        )
+    run.context.payload = lease.payload
+    return handler
+
+
+def call_handler(handlers: HandlerRegistry, run: JobRun, worker_id: str) -> Outcome:
+    """Call ``run``'s handler here and now, and classify what it came to (never raises).
+
+    The single-run path, with no pool, no lease and no database: the thread pool
+    calls it on a handler thread, a process pool's child in its own process.
+    """
+    try:
+        returned = handler_of(handlers, run, worker_id)(run.context)
+    except BaseException as exc:  # noqa: BLE001 - a handler must never kill its thread silently
+        return JobExecutor._outcome_of_error(run, exc)
+    return JobExecutor._outcome_of_return(returned)
+
+
+async def await_handler(handlers: HandlerRegistry, run: JobRun, worker_id: str) -> Outcome:
+    """:func:`call_handler` for an ``async def`` handler, awaited in the current task."""
+    try:
+        returned = await handler_of(handlers, run, worker_id)(run.context)
+    except BaseException as exc:  # noqa: BLE001 - nor its task
+        if isinstance(exc, GeneratorExit):
+            # The coroutine itself is being closed: its task was dropped with the
+            # loop (an abandoned task, collected after shutdown). Nothing is left
+            # to record, and logging a traceback from inside the garbage
+            # collector can break whatever the interrupted thread was parsing
+            # (Python 3.11's tracebacks parse source, and that parser's
+            # recursion count is shared: "AST constructor recursion depth
+            # mismatch").
+            raise
+        if isinstance(exc, asyncio.CancelledError) and run.context._given_up:
+            # Cancelled because the worker gave up on it: discarded, not a failure.
+            return Outcome(error_code=None)
+        return JobExecutor._outcome_of_error(run, exc)
+    return JobExecutor._outcome_of_return(returned)

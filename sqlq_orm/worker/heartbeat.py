@@ -80,6 +80,9 @@ class Heartbeat:
         self._done = threading.Event()
         self._wakeup = threading.Event()  # stop asked for, or a new deadline to watch
         self._thread = threading.Thread(target=self._loop, name="sqlq-heartbeat", daemon=True)
+        self.stop_at_deadline: Callable[[JobRun], bool] = lambda run: False
+        """Asked first for a run past its deadline: True if the executor stopped it
+        itself (and records ``TIMEOUT:MAX_RUNTIME``); else the worker gives up on it."""
 
     def start(self) -> None:
         """Start the heartbeat thread."""
@@ -120,6 +123,8 @@ class Heartbeat:
                 continue
             if now < run.deadline:
                 upcoming.append(run.deadline)
+            elif self.stop_at_deadline(run):
+                run.deadline = None  # stopped by its executor: not asked again
             else:
                 reason = str(MaxRuntimeExceeded(run.lease.job_id, run.lease.max_runtime_seconds))
                 self.runs.abandon(run, reason, runtime_exceeded=True)

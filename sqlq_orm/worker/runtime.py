@@ -1,16 +1,18 @@
-"""The worker: a pipeline that claims jobs in batches, runs their handlers on a pool of
-threads, records outcomes in groups, heartbeats, and stops gracefully.
+"""The worker: a pipeline that claims jobs in batches, runs their handlers on a pool
+(threads, or child processes: :mod:`~sqlq_orm.worker.executors`, chosen with
+``pool=``), records outcomes in groups, heartbeats, and stops gracefully.
 
-One worker process has four kinds of threads:
+One worker process has these threads (the process pool's children are described in
+:mod:`~sqlq_orm.worker.executors.processes`):
 
 - the **main thread** runs :meth:`Worker.run`, the *fetcher*: it claims as many jobs
   as there are free slots in one statement (straight into RUNNING), the slots being
   ``concurrency`` handler threads plus ``prefetch`` jobs waiting for one, so a
   handler thread never waits on a round trip; and it runs the sweeper on a jittered
   interval so a dead worker's jobs come back without anyone watching;
-- ``concurrency`` **handler threads** (:mod:`~sqlq_orm.worker.pool`, started as
-  needed and reused) call each job's handler with no transaction open
-  (:mod:`~sqlq_orm.worker.execution`) and hand the outcome over;
+- ``concurrency`` **handler threads** (or, with ``pool="process"``, one thread per
+  child process) call each job's handler with no transaction open and hand the
+  outcome over;
 - one **completer thread** (:mod:`~sqlq_orm.worker.completer`) records the outcomes
   in groups: every success of a batch in one fenced statement, every failure in one
   transaction, attempt closes and events as multi-row inserts;
@@ -59,18 +61,24 @@ import secrets
 import socket
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
 from sqlq_orm.core import validation
 from sqlq_orm.core.lease import Lease
 from sqlq_orm.db.engine import require_shared_database
-from sqlq_orm.errors import HandlersStuck, InvalidInput, LeaseLost
+from sqlq_orm.errors import HandlersStuck, InvalidInput
 from sqlq_orm.queue.queue import Queue
 from sqlq_orm.schema.mixins import QUEUE_MAX, WORKER_ID_MAX
-from sqlq_orm.worker.aio import HandlerLoop
 from sqlq_orm.worker.completer import Completer
-from sqlq_orm.worker.execution import JobExecutor
+from sqlq_orm.worker.executors import (
+    Executor,
+    PoolLimits,
+    RunServices,
+    require_pool,
+    start_executor,
+)
 from sqlq_orm.worker.handlers import Handler, HandlerRegistry
 from sqlq_orm.worker.heartbeat import Heartbeat, once_more_if_disconnected
 from sqlq_orm.worker.outcomes import (
@@ -82,8 +90,8 @@ from sqlq_orm.worker.outcomes import (
     one_line,
     outcome_of_exception,
 )
-from sqlq_orm.worker.pool import HandlerPool
 from sqlq_orm.worker.prefetch import PrefetchGauge
+from sqlq_orm.worker.releasing import release_runs
 from sqlq_orm.worker.runs import JobRun, RunTable, count_stuck, describe_stuck, run_for
 from sqlq_orm.worker.scheduling import SchedulerThread
 from sqlq_orm.worker.stats import WorkerStats
@@ -142,8 +150,10 @@ class Worker:
     nothing runs; it sweeps first thing and again on its way out (unless
     ``sweep_interval`` is None). The registry's recurring schedules
     (``registry.periodic``) are ticked in a thread unless ``run_schedules=False``
-    (:mod:`sqlq_orm.worker.scheduling`). See the module docs for how jobs are abandoned
-    and how shutdown works.
+    (:mod:`sqlq_orm.worker.scheduling`). ``pool="process"`` runs each job in a child
+    process, replaced after ``max_jobs_per_child`` jobs or past ``max_memory_per_child``
+    MB (:mod:`~sqlq_orm.worker.executors`; docs/explanation/saving-workers.md).
+    See the module docs for how jobs are abandoned and how shutdown works.
     """
 
     def __init__(
@@ -164,6 +174,9 @@ class Worker:
         burst: bool = False,
         install_signal_handlers: bool = True,
         run_schedules: bool = True,
+        pool: str = "thread",
+        max_jobs_per_child: int | None = None,
+        max_memory_per_child: int | None = None,
     ) -> None:
         require_shared_database(queue.engine, "a Worker (one thread per job, plus heartbeats)")
         self.queue = queue
@@ -207,6 +220,8 @@ class Worker:
             "max_abandoned", self.concurrency if max_abandoned is None else max_abandoned, minimum=0
         )
         self.burst = burst
+        self.pool = require_pool(pool)
+        self.pool_limits = PoolLimits.checked(max_jobs_per_child, max_memory_per_child)
         capacity = self.concurrency + self.prefetch
         self._prefetch = PrefetchGauge(self.prefetch, self.concurrency)
         self.install_signal_handlers = install_signal_handlers
@@ -217,8 +232,7 @@ class Worker:
         self._stuck: list[JobRun] = []  # set when abandoned threads spent the budget
         self._runs = RunTable(capacity, self.max_abandoned, slot_freed=self._stop.wake)
         self._completer: Completer | None = None  # started by run()
-        self._pool: HandlerPool | None = None
-        self._loop: HandlerLoop | None = None  # started by run() for async def handlers
+        self._pool: Executor | None = None  # started by run(): threads or processes
         # The registry's recurring schedules (registry.periodic), unless run_schedules=False.
         self._scheduling = SchedulerThread.for_worker(
             queue, self.handlers if run_schedules else HandlerRegistry(), self.worker_id
@@ -241,6 +255,12 @@ class Worker:
     def running_jobs(self) -> list[int]:
         """Ids of the jobs this worker currently holds a slot for."""
         return self._runs.job_ids()
+
+    @property
+    def pool_info(self) -> dict[str, Any]:
+        """The pool's kind and, for processes, its children (pid, jobs so far),
+        recycles, crashes and kills at deadline, as ``sqlq stats`` shows them."""
+        return {"kind": self.pool} if self._pool is None else self._pool.info()
 
     def run(self) -> WorkerStats:
         """Register, work until asked to stop (or idle, in burst mode), shut down.
@@ -267,18 +287,21 @@ class Worker:
         self._completer = Completer(
             self.queue, self._runs, self.stats, retry_pause=min(1.0, self.heartbeat_interval)
         )
-        executor = JobExecutor(
-            self.handlers,
-            self._runs,
-            self.stats,
-            self._completer,
-            self._prefetch,
-            worker_id=self.worker_id,
+        self._pool = start_executor(
+            self.pool,
+            RunServices(
+                self.handlers,
+                self._runs,
+                self.stats,
+                self._completer,
+                self._prefetch,
+                worker_id=self.worker_id,
+                concurrency=self.concurrency,
+                limits=self.pool_limits,
+            ),
         )
-        if self.handlers.has_coroutines:
-            self._loop = HandlerLoop(executor.execute_async, self.handlers.loop_cleanups)
-        self._pool = HandlerPool(self.concurrency, executor.execute, tasks=self._loop)
         self._runs.handler_abandoned = self._pool.detach
+        self._heartbeat.stop_at_deadline = self._pool.stop_at_deadline
         # A burst worker leaves once idle: it needs no listener for other processes.
         arrivals = self.queue.watch_for_jobs(
             self.queues, self._stop.jobs_ready, listen=not self.burst
@@ -438,6 +461,7 @@ class Worker:
             pid=os.getpid(),
             queues=self.queues,
             concurrency=self.concurrency,
+            pool=self.pool_info,
         )
 
     def _touch_liveness(self) -> None:
@@ -472,8 +496,6 @@ class Worker:
             )
         if self._pool is not None:
             self._pool.close()
-        if self._loop is not None:
-            self._loop.close()
         if self._completer is not None:
             self._completer.close()
         self._heartbeat.stop(timeout=5)
@@ -491,28 +513,4 @@ class Worker:
         self._release(self._runs.abandon_all_running("released at shutdown"))
 
     def _release(self, runs: list[JobRun]) -> None:
-        """Give ``runs`` back to the queue (RELEASED, no retry spent), in one transaction."""
-        if not runs:
-            return
-        reason = f"worker {self.worker_id} shutting down"
-        try:
-            lost = {
-                lease.job_id for lease in self.queue.release_many([r.lease for r in runs], reason)
-            }
-        except SQLAlchemyError as exc:
-            log.warning(
-                "%d job(s) could not be released (%s); the sweeper will recover them",
-                len(runs),
-                one_line(str(exc)),
-            )
-            return
-        for run in runs:
-            if run.lease.job_id in lost:
-                log.warning(
-                    "%s could not be released (%s); the sweeper will recover it",
-                    run.describe(),
-                    LeaseLost(run.lease.job_id),
-                )
-            else:
-                self.stats.add("released")
-                log.info("%s released back to the queue", run.describe())
+        release_runs(self.queue, self.worker_id, runs, self.stats)

@@ -26,7 +26,11 @@ def test_demo_recovers_the_killed_job_and_fails_the_poison_job(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     report = result.stdout
     assert "its worker was SIGKILLed mid-run; the sweeper recovered it (now SUCCEEDED)" in report
-    assert "the poison job killed 3 worker(s) and ended FAILED (LEASE:EXPIRED)" in report
+    assert (
+        "the poison job crashed 3 child process(es) of the media worker's process pool, "
+        "no worker, and ended FAILED (WORKER:CRASHED)"
+    ) in report
+    assert "workers lost to the poison job: 0" in report
     assert re.search(r"\b1[0-9]{9}\b", report) is None, "an epoch number in the report"
     assert "expired at 20" in report and "run_at=20" in report  # times people can read
     assert "nothing left behind: 0 running, 0 claimed" in report
@@ -56,7 +60,7 @@ def test_demo_runs_on_mariadb_with_db(db_url, tmp_path):
 
     assert result.returncode == 0, result.stdout + result.stderr
     report = result.stdout
-    assert "the poison job killed 3 worker(s) and ended FAILED (LEASE:EXPIRED)" in report
+    assert "ended FAILED (WORKER:CRASHED)" in report and "lost to the poison job: 0" in report
     assert "nothing left behind: 0 running, 0 claimed" in report
     engine = sqlq_orm.create_engine(db_url)
     assert migrate.current(engine), "the demo database was not built by the migrations"

@@ -114,3 +114,31 @@ def test_a_host_without_a_schedule_model_gets_a_page_saying_so(serve, engine):
     page = get(url + "/schedules")
     assert "models have no schedule table, so it runs no recurring schedules" in page
     assert 'id="schedules"' not in page
+
+
+def test_the_worker_page_and_metrics_show_a_process_pools_children_and_mishaps(serve, queue):
+    pool = {
+        "kind": "process",
+        "children": [{"pid": 4101, "jobs": 7}, {"pid": 4102, "jobs": 3}],
+        "recycles": 2,
+        "crashes": 1,
+        "deadline_kills": 1,
+    }
+    queue.register_worker(
+        "pool-worker", hostname="h", pid=4100, queues=["default"], concurrency=2, pool=pool
+    )
+    queue.register_worker(
+        "thread-worker", hostname="h", pid=4200, queues=["default"], concurrency=2
+    )
+    url = serve().url
+
+    page = get(url + "/worker?id=pool-worker")
+    metrics = get(url + "/metrics")
+
+    assert "process: 2 children (pid 4101 ran 7 jobs, pid 4102 ran 3 jobs)" in page
+    assert "2 recycled, 1 crashed, 1 killed at deadline" in page
+    assert '<td id="worker-pool">thread</td>' in get(url + "/worker?id=thread-worker")
+    assert 'sqlq_worker_pool_children{worker="pool-worker"} 2.0' in metrics
+    assert 'sqlq_worker_pool_crashes{worker="pool-worker"} 1.0' in metrics
+    assert 'sqlq_worker_pool_child_jobs{pid="4101",worker="pool-worker"} 7.0' in metrics
+    assert "thread-worker" not in metrics.split("sqlq_worker_pool_recycles")[1]

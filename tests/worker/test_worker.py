@@ -30,6 +30,11 @@ def events_of(queue: sqlq_orm.Queue, job_id: int) -> list[str]:
     return [e.event for e in sqlq_orm.job_timeline(queue, job_id).events]
 
 
+POOLS = pytest.mark.parametrize("pool", ["thread", "process"])
+"""For the outcomes that must not depend on where the handler ran (the process pool's
+crashes, kills and recycling are in ``test_process_pool.py``)."""
+
+
 def burst(queue: sqlq_orm.Queue, registry: HandlerRegistry, **options) -> sqlq_orm.WorkerStats:
     """Run a worker until nothing is ready and nothing runs."""
     return Worker(queue, registry, burst=True, **{**FAST, **options}).run()
@@ -38,12 +43,13 @@ def burst(queue: sqlq_orm.Queue, registry: HandlerRegistry, **options) -> sqlq_o
 # ----------------------------------------------------------------- handler outcomes
 
 
-def test_returning_handler_succeeds_and_a_returned_string_becomes_result_ref(queue):
+@POOLS
+def test_returning_handler_succeeds_and_a_returned_string_becomes_result_ref(queue, pool):
     registry = HandlerRegistry()
     registry.register("thumbnail", lambda ctx: f"s3://thumbs/{ctx.payload['image']}.png")
     job = queue.enqueue("thumbnail", {"image": "cat"})
 
-    stats = burst(queue, registry)
+    stats = burst(queue, registry, pool=pool)
 
     row = job_row(queue, job.id)
     assert (row.status, row.result_ref) == ("SUCCEEDED", "s3://thumbs/cat.png")
@@ -89,7 +95,8 @@ def test_the_library_models_give_a_handler_no_app_columns(queue):
     assert [dict(ctx.columns) for ctx in seen] == [{}]
 
 
-def test_non_retryable_job_error_fails_the_job_with_its_code_and_detail(queue):
+@POOLS
+def test_non_retryable_job_error_fails_the_job_with_its_code_and_detail(queue, pool):
     registry = HandlerRegistry()
 
     @registry.handler("charge")
@@ -98,7 +105,7 @@ def test_non_retryable_job_error_fails_the_job_with_its_code_and_detail(queue):
 
     job = queue.enqueue("charge")
 
-    burst(queue, registry)
+    burst(queue, registry, pool=pool)
 
     row = job_row(queue, job.id)
     assert (row.status, row.error_code, row.error_detail) == (
@@ -107,13 +114,14 @@ def test_non_retryable_job_error_fails_the_job_with_its_code_and_detail(queue):
     assert row.attempts[0].status == "FAILED"
 
 
-def test_retryable_job_error_schedules_a_retry(queue):
+@POOLS
+def test_retryable_job_error_schedules_a_retry(queue, pool):
     def flaky(ctx: JobContext) -> None:
         raise JobError("TIMEOUT:UPSTREAM_API", "billing API did not answer in 5s")
 
     job = queue.enqueue("flaky")
 
-    burst(queue, HandlerRegistry({"flaky": flaky}))
+    burst(queue, HandlerRegistry({"flaky": flaky}), pool=pool)
 
     row = job_row(queue, job.id)
     assert (row.status, row.retry_count, row.error_code) == ("QUEUED", 1, "TIMEOUT:UPSTREAM_API")
@@ -139,35 +147,38 @@ def test_plain_exception_is_unhandled_exception_with_a_one_line_detail_and_a_log
     assert record.exc_info[0] is ValueError
 
 
-def test_timeout_error_escaping_a_handler_is_classified_as_timeout(queue):
+@POOLS
+def test_timeout_error_escaping_a_handler_is_classified_as_timeout(queue, pool):
     def slow_upstream(ctx: JobContext) -> None:
         raise TimeoutError("read timed out")
 
     job = queue.enqueue("slow_upstream")
 
-    burst(queue, HandlerRegistry({"slow_upstream": slow_upstream}))
+    burst(queue, HandlerRegistry({"slow_upstream": slow_upstream}), pool=pool)
 
     assert job_row(queue, job.id).error_code == "TIMEOUT:UNHANDLED"
 
 
-def test_job_error_with_an_invalid_code_fails_the_job_instead_of_the_worker(queue):
+@POOLS
+def test_job_error_with_an_invalid_code_fails_the_job_instead_of_the_worker(queue, pool):
     def sloppy(ctx: JobContext) -> None:
         raise JobError("not a code", "oops")
 
     job = queue.enqueue("sloppy")
 
-    burst(queue, HandlerRegistry({"sloppy": sloppy}))
+    burst(queue, HandlerRegistry({"sloppy": sloppy}), pool=pool)
 
     row = job_row(queue, job.id)
     assert (row.status, row.error_code) == ("FAILED", "INTERNAL:INVALID_ERROR_CODE")
     assert "'not a code'" in row.error_detail
 
 
-def test_unknown_job_type_fails_that_job_and_the_worker_goes_on(queue):
+@POOLS
+def test_unknown_job_type_fails_that_job_and_the_worker_goes_on(queue, pool):
     unknown = queue.enqueue("no_such_type")
     known = queue.enqueue("echo")
 
-    stats = burst(queue, HandlerRegistry({"echo": lambda ctx: None}))
+    stats = burst(queue, HandlerRegistry({"echo": lambda ctx: None}), pool=pool)
 
     row = job_row(queue, unknown.id)
     assert (row.status, row.error_code) == ("FAILED", "INVALID_INPUT:UNKNOWN_JOB_TYPE")

@@ -10,6 +10,8 @@ teardown.
 from __future__ import annotations
 
 import signal
+from contextlib import suppress
+from pathlib import Path
 
 import pytest
 import sqlalchemy
@@ -185,3 +187,52 @@ def test_tasks_that_swallow_cancellation_stop_the_worker_with_status_3_and_a_cle
     assert f"job {first} attempt 1 (stubborn_task): an async task that ignored its" in log
     for noise in ("Task was destroyed", "GeneratorExit", "Traceback", "handler thread"):
         assert noise not in log, log
+
+
+# ------------------------------------------------------------- the process pool
+
+
+def children_of(pid: int) -> set[int]:
+    """The live child processes of ``pid`` (Linux: /proc/PID/task/*/children)."""
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with suppress(OSError):
+            found.update(int(p) for p in (task / "children").read_text().split())
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_a_poison_job_in_a_process_pool_costs_no_worker_and_no_other_job(live_queue, processes):
+    poison = live_queue.enqueue("poison", max_retries=0, priority=10)
+    others = [live_queue.enqueue("echo").id for _ in range(12)]
+
+    worker = processes.worker("pool", "--pool", "process", "--concurrency", "2", "--burst")
+
+    assert worker.wait(timeout=60) == 0, processes.log(worker)
+    row = job_row(live_queue, poison.id)
+    assert (row.status, row.error_code) == ("FAILED", "WORKER:CRASHED")
+    assert "SIGKILL (possibly the OOM killer)" in row.error_detail
+    assert all([a.status for a in job_row(live_queue, i).attempts] == ["SUCCEEDED"] for i in others)
+
+
+def test_the_children_of_a_sigkilled_process_pool_worker_die_with_it(
+    live_queue, processes, tmp_path
+):
+    job = live_queue.enqueue("hold", {"until_file": str(tmp_path / "never"), "on_attempts": [1]})
+    worker = processes.worker("pool", *SHORT_LEASE, "--pool", "process", "--concurrency", "2")
+    wait_until(running_first_attempt(live_queue, job.id), "a child to start the job")
+    children = wait_until(
+        lambda: len(children_of(worker.pid)) == 2 and children_of(worker.pid), "2 children"
+    )
+
+    worker.kill()
+    worker.wait(timeout=10)
+
+    wait_until(lambda: not any(alive(pid) for pid in children), "the children to die too")

@@ -61,6 +61,7 @@ class AdminStatements(StatementGroup):
             pid=bindparam("p_pid"),
             queues=bindparam("p_queues"),
             concurrency=bindparam("p_concurrency"),
+            pool=bindparam("p_pool"),
             started_at=now,
             last_seen_at=now,
         )
@@ -71,6 +72,7 @@ class AdminStatements(StatementGroup):
                 "pid": register.excluded.pid,
                 "queues": register.excluded.queues,
                 "concurrency": register.excluded.concurrency,
+                "pool": register.excluded.pool,
                 "last_seen_at": register.excluded.last_seen_at,  # now, as proposed
             },
         )

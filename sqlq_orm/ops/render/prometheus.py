@@ -174,6 +174,28 @@ def stats_gauges(stats: QueueStats) -> list[GaugeFamily]:
         "Seconds since each registered worker was last seen.",
         (({"worker": w.id, "state": w.state.value}, w.seen_seconds_ago) for w in stats.workers),
     )
+    pools = [w for w in stats.workers if w.pool and "children" in w.pool]
+    for name, key, text in (
+        ("sqlq_worker_pool_recycles", "recycles", "Children a process pool replaced (recycled)."),
+        ("sqlq_worker_pool_crashes", "crashes", "Children of a process pool that died in a job."),
+        ("sqlq_worker_pool_deadline_kills", "deadline_kills", "Children ended at max runtime."),
+    ):
+        out.metric(name, text, (({"worker": w.id}, int(w.pool[key])) for w in pools if w.pool))
+    out.metric(
+        "sqlq_worker_pool_children",
+        "Live children of each worker's process pool.",
+        (({"worker": w.id}, len(w.pool["children"])) for w in pools if w.pool),
+    )
+    out.metric(
+        "sqlq_worker_pool_child_jobs",
+        "Jobs each child of a process pool has run.",
+        (
+            ({"worker": w.id, "pid": str(child["pid"])}, int(child["jobs"]))
+            for w in pools
+            if w.pool
+            for child in w.pool["children"]
+        ),
+    )
     out.metric(
         "sqlq_retention_due_jobs",
         "Finished jobs past their retention (what prune would delete).",

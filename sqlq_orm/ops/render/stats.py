@@ -57,6 +57,9 @@ def render_stats_text(stats: QueueStats, *, color: bool = False) -> str:
         f"workers: {alive} alive, {len(stats.workers) - alive} silent   "
         f"queue latency: {human_seconds(stats.oldest_ready_latency_seconds)}"
     )
+    for worker in stats.workers:
+        if worker.pool_kind != "thread":
+            header += f"\n  pool of {printable(worker.id)}: {printable(worker.pool_summary)}"
     if stats.paused_queues:
         header += "\n" + paint(
             f"paused queues (no job of theirs starts): {', '.join(stats.paused_queues)}",

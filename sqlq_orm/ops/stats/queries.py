@@ -147,7 +147,7 @@ class StatsQueries:
     def workers(self) -> Select[Any]:
         w = self.tables.workers.c
         return select(
-            w.id, w.hostname, w.pid, w.queues, w.concurrency, w.started_at, w.last_seen_at
+            w.id, w.hostname, w.pid, w.queues, w.concurrency, w.started_at, w.last_seen_at, w.pool
         ).order_by(w.id)
 
     # Q3 ------------------------------------------------------------------------

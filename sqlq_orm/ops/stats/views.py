@@ -9,6 +9,7 @@ builds; the other classes are its parts, one per question (see :mod:`sqlq_orm.op
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -202,6 +203,31 @@ class WorkerView:
     seen_seconds_ago: int
     state: WorkerState
     held_jobs: int
+    pool: dict[str, Any] | None = None
+    """The worker's pool (``kind``; a process pool's ``children`` with their ``pid`` and
+    ``jobs``, and its ``recycles``, ``crashes`` and ``deadline_kills``); None from a
+    worker that predates revision sqlq_0019."""
+
+    @property
+    def pool_kind(self) -> str:
+        """``thread`` or ``process`` (``thread`` for a worker that does not say)."""
+        return str((self.pool or {}).get("kind", "thread"))
+
+    @property
+    def pool_summary(self) -> str:
+        """One line for operators: ``process: 2 children (pid 41 ran 7 jobs, pid 42 ran
+        3); 1 recycled, 1 crashed, 0 killed at deadline``; ``thread`` for threads."""
+        pool = self.pool or {}
+        if "children" not in pool:
+            return self.pool_kind
+        children = ", ".join(
+            f"pid {child.get('pid')} ran {child.get('jobs', 0)} jobs" for child in pool["children"]
+        )
+        return (
+            f"{self.pool_kind}: {len(pool['children'])} children ({children or 'none'}); "
+            f"{pool.get('recycles', 0)} recycled, {pool.get('crashes', 0)} crashed, "
+            f"{pool.get('deadline_kills', 0)} killed at deadline"
+        )
 
     @classmethod
     def from_row(cls, row: Any, now: int, stale_seconds: int, held_jobs: int) -> WorkerView:
@@ -218,7 +244,19 @@ class WorkerView:
             seen_seconds_ago=max(0, now - last_seen_at),
             state=worker_state(last_seen_at, now, stale_seconds),
             held_jobs=held_jobs,
+            pool=_pool_of(getattr(row, "pool", None)),
         )
+
+
+def _pool_of(text: str | None) -> dict[str, Any] | None:
+    """A worker row's pool column, parsed; None when absent or not a JSON object."""
+    if not text:
+        return None
+    try:
+        pool = json.loads(text)
+    except ValueError:
+        return None
+    return pool if isinstance(pool, dict) else None
 
 
 @dataclass(frozen=True)
