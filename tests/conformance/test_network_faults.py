@@ -22,6 +22,7 @@ from sqlalchemy.exc import OperationalError
 
 import sqlq_orm
 from sqlq_orm.schema.models import Job
+from tests.support.aio_bridge import async_url
 from tests.support.backends import BACKENDS, PGBOUNCER
 from tests.support.netproxy import NetProxy
 from tests.support.pgbouncer import engine_options
@@ -280,3 +281,18 @@ def test_a_mariadb_worker_engine_reads_and_writes_within_half_its_lease(db_url):
             engine.dispose()
 
     assert timeouts == {"app": (None, None), "worker": (3.0, 3.0), "chosen": (7, 3.0)}
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("db_url", [BACKENDS[1]], indirect=True)
+def test_an_async_psycopg_engine_bounds_its_waits_as_the_sync_one(db_url, loop_thread):
+    engine = sqlq_orm.create_async_engine(async_url(db_url, "async-psycopg"))
+
+    async def options() -> dict[str, str]:
+        async with engine.connect() as connection:
+            raw = await connection.get_raw_connection()
+            dsn = raw.driver_connection.info.dsn  # type: ignore[union-attr]
+        await engine.dispose()
+        return dict(part.split("=", 1) for part in dsn.split())
+
+    assert loop_thread.run(options())["tcp_user_timeout"] == "60000"
