@@ -26,7 +26,7 @@ from tests.support.aio_bridge import async_url
 from tests.support.backends import BACKENDS, PGBOUNCER
 from tests.support.netproxy import NetProxy
 from tests.support.pgbouncer import engine_options
-from tests.support.worker_helpers import running, status_is, wait_until
+from tests.support.worker_helpers import Processes, running, status_is, wait_until
 
 SERVERS = [*BACKENDS[1:], PGBOUNCER]
 """PostgreSQL, MariaDB and PgBouncer: SQLite has no network."""
@@ -296,3 +296,26 @@ def test_an_async_psycopg_engine_bounds_its_waits_as_the_sync_one(db_url, loop_t
         return dict(part.split("=", 1) for part in dsn.split())
 
     assert loop_thread.run(options())["tcp_user_timeout"] == "60000"
+
+
+@pytest.mark.mariadb
+@pytest.mark.parametrize("db_url", [BACKENDS[2]], indirect=True)
+def test_sqlq_worker_whose_database_goes_silent_says_so_instead_of_hanging(
+    db_url, proxy, engine, tmp_path
+):
+    # `sqlq worker` fits its engine's waits in --lease: PyMySQL's read timeout ends the
+    # claim that gets no answer (through the proxy a silent server and a lossy link look
+    # the same to MariaDB's client; see the black-hole test for PostgreSQL's bound).
+    processes = Processes(tmp_path, proxy.url(db_url))
+    try:
+        worker = processes.worker("silent-link", "--lease", "4", "--no-sweep")
+        wait_until(lambda: "started" in processes.log(worker), "the worker to start")
+        proxy.set_mode("blackhole")
+
+        wait_until(
+            lambda: "claim failed" in processes.log(worker),
+            "the worker to report that its claim got no answer",
+            timeout=HANG_GUARD,
+        )
+    finally:
+        processes.kill_all()
