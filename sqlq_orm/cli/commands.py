@@ -170,13 +170,15 @@ def worker(
     registry = load_registry(handlers)
     # The claim loop, the completer, the heartbeat thread, the sweeper and a handler
     # that uses the queue may each hold a connection; pre-ping because a server or proxy
-    # may close a connection that sat idle between heartbeats.
+    # may close a connection that sat idle between heartbeats. Its waits on the network
+    # fit in the lease, so a dead link is noticed before the lease runs out.
     queue = open_queue(
         db,
         models=models,
         retry_base=retry_base,
         pool_size=max(concurrency, 1) + 3,
         pool_pre_ping=True,
+        worker_lease_seconds=lease,
     )
     try:
         Worker(

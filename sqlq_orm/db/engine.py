@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy
 from sqlalchemy.engine import Engine
 
-from sqlq_orm.db.backends import find_backend
+from sqlq_orm.db.backends import backend_named, find_backend
 from sqlq_orm.db.pooling import asyncpg_connect_args, use_transaction_pooling
 from sqlq_orm.errors import InvalidInput, SqlqWarning
 
@@ -49,6 +49,25 @@ DEFAULT_ENGINE_OPTIONS: dict[str, dict[str, Any]] = {
 }
 """:func:`create_engine` (and :func:`create_async_engine`) keyword arguments per
 database, unless the caller passes them."""
+
+
+def with_link_timeouts(
+    url: sqlalchemy.URL, kwargs: dict[str, Any], worker_lease_seconds: float | None = None
+) -> dict[str, Any]:
+    """``kwargs`` for the engine of ``url``, with ``connect_args`` that bound how long
+    a connection waits on a link that stopped answering (see each backend's
+    ``link_timeouts``): fitted in ``worker_lease_seconds`` for a worker's engine, else
+    safe fixed defaults. A setting the caller made in the URL's query or in
+    ``connect_args`` is kept as it is."""
+    backend = backend_named(url.get_backend_name())
+    if backend is None:
+        return kwargs
+    bounds = backend.link_timeouts(url.get_driver_name(), worker_lease_seconds)
+    given = dict(kwargs.get("connect_args") or {})
+    chosen = {k: v for k, v in bounds.items() if k not in url.query and k not in given}
+    if not chosen:
+        return kwargs
+    return {**kwargs, "connect_args": {**chosen, **given}}
 
 
 _INHERITED_POOLS: list[Any] = []
@@ -154,6 +173,7 @@ def create_engine(
     busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
     transaction_pooling: bool = False,
     listen_url: str | sqlalchemy.URL | None = None,
+    worker_lease_seconds: float | None = None,
     **kwargs: Any,
 ) -> Engine:
     """Create a SQLAlchemy engine with sqlq_orm's hooks installed.
@@ -166,12 +186,20 @@ def create_engine(
     otherwise (the queue then asks for it per write transaction). An asyncio driver
     (``+asyncpg``, ``+aiosqlite``) raises :class:`~sqlq_orm.errors.InvalidInput`: that
     is :func:`create_async_engine`'s.
+
+    Waits on the network are bounded (see the "Network and database failures" page):
+    on PostgreSQL (psycopg) a connect timeout, TCP keepalives and ``tcp_user_timeout``
+    notice a dead link within about a minute. ``worker_lease_seconds`` fits them in a
+    worker's lease (a third of it) and, on MariaDB (PyMySQL), adds read and write
+    timeouts of half of it; ``sqlq worker`` passes its ``--lease``. Whatever the URL's
+    query or ``connect_args`` sets is kept.
     """
     parsed = sqlalchemy.make_url(url)
     default_driver = DEFAULT_DRIVERS.get(parsed.drivername)
     if default_driver is not None:
         parsed = parsed.set(drivername=f"{parsed.drivername}+{default_driver}")
     kwargs = {**DEFAULT_ENGINE_OPTIONS.get(parsed.get_backend_name(), {}), **kwargs}
+    kwargs = with_link_timeouts(parsed, kwargs, worker_lease_seconds)
     engine = sqlalchemy.create_engine(parsed, **kwargs)
     if engine.dialect.is_async:
         # Every statement would fail with SQLAlchemy's MissingGreenlet, far from here.
@@ -209,13 +237,17 @@ def create_async_engine(
     through its greenlet bridge on every driver, and so are the engine options of
     :func:`create_engine` (MariaDB at READ COMMITTED). With ``transaction_pooling``
     (PgBouncer in transaction mode) asyncpg keeps no statement cache and names each
-    statement it prepares uniquely; psycopg prepares none on the server.
+    statement it prepares uniquely; psycopg prepares none on the server. Through
+    psycopg the connections get :func:`create_engine`'s bounds on network waits;
+    asyncpg and aiomysql keep their drivers' defaults (asyncpg: pass
+    ``connect_args={"command_timeout": SECONDS}`` for a bound per statement).
     """
     parsed = sqlalchemy.make_url(url)
     default_driver = DEFAULT_ASYNC_DRIVERS.get(parsed.drivername)
     if default_driver is not None:
         parsed = parsed.set(drivername=f"{parsed.drivername}+{default_driver}")
     kwargs = {**DEFAULT_ENGINE_OPTIONS.get(parsed.get_backend_name(), {}), **kwargs}
+    kwargs = with_link_timeouts(parsed, kwargs)  # libpq's, for postgresql+psycopg
     if transaction_pooling and parsed.get_driver_name() == "asyncpg":
         kwargs["connect_args"] = {**asyncpg_connect_args(), **kwargs.get("connect_args", {})}
     # Needs greenlet: see the TYPE_CHECKING import at the top.

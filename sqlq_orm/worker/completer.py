@@ -66,6 +66,7 @@ class Completer:
         self._max_batch = max_batch
         self._condition = threading.Condition(threading.Lock())  # never taken twice
         self._waiting: list[Pending] = []
+        self._maybe_written: set[int] = set()  # jobs whose recording broke off mid-way
         self._closed = False
         self._thread: threading.Thread | None = None
         if threaded:
@@ -137,6 +138,7 @@ class Completer:
         while pending:
             try:
                 record(pending)
+                self._maybe_written.difference_update(run.lease.job_id for run, _ in pending)
                 return
             except SQLAlchemyError as exc:
                 log.warning(
@@ -144,6 +146,9 @@ class Completer:
                     len(pending),
                     one_line(str(exc)),
                 )
+                # The COMMIT may have landed before the connection broke: from here on
+                # a lost lease may be this very outcome, recorded (see _discard).
+                self._maybe_written.update(run.lease.job_id for run, _ in pending)
             still_held = []
             for run, outcome in pending:
                 reason = run.context.stop_reason
@@ -233,6 +238,14 @@ class Completer:
 
     def _discard(self, run: JobRun, reason: str) -> None:
         self._stats.add("discarded")
+        if run.lease.job_id in self._maybe_written:
+            self._maybe_written.discard(run.lease.job_id)
+            reason = (
+                f"{reason.replace('; nothing was written', '')}; an earlier try to record "
+                "it broke off on the connection and may have committed, so whether it "
+                f"was written is unknown here: `sqlq show {run.lease.job_id}` tells, and "
+                "if it was not, the sweeper retakes the job when its lease expires"
+            )
         log.warning("%s: outcome discarded (%s)", run.describe(), reason)
         self._runs.finished(run)
 

@@ -36,6 +36,11 @@ def find_backend(dialect: Dialect | Engine) -> Backend | None:
     return _REGISTRY.get(name)
 
 
+def backend_named(name: str) -> Backend | None:
+    """The backend of a dialect name (a URL's ``get_backend_name()``), or None."""
+    return _REGISTRY.get(name)
+
+
 def backend_for(dialect: Dialect | Engine) -> Backend:
     """The backend of an engine's database, or a clear error naming the dialect."""
     backend = find_backend(dialect)
@@ -50,6 +55,7 @@ __all__ = [
     "MaintenanceStatement",
     "WakeListener",
     "backend_for",
+    "backend_named",
     "find_backend",
     "supported",
 ]

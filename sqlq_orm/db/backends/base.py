@@ -52,6 +52,10 @@ def _no_hooks(engine: Engine, busy_timeout_ms: int) -> None:
     return None
 
 
+def _no_link_timeouts(driver: str, worker_lease_seconds: float | None) -> dict[str, Any]:
+    return {}
+
+
 def _no_lock(connection: Connection) -> None:
     return None
 
@@ -222,6 +226,10 @@ class Backend:
     skipped a row (MySQL's ``ON DUPLICATE KEY UPDATE`` returns the existing one): the
     dedupe insert then runs in a savepoint, and this tells its duplicate-key error
     from any other. None: the backend's ``insert`` skips conflicts itself."""
+    link_timeouts: Callable[[str, float | None], dict[str, Any]] = _no_link_timeouts
+    """``connect_args`` that bound how long a connection of this driver (the URL's
+    driver name) waits on a link that stopped answering; for a worker's engine when
+    the lease is given (the bounds then fit in it), else safe fixed defaults."""
     table_bytes: Callable[[Connection, Sequence[Table]], dict[str, int]] | None = None
     """Bytes on disk of each named table with its indexes (the ones it could measure);
     None: the database cannot tell."""

@@ -203,6 +203,30 @@ DEFAULT_CONNECT_TIMEOUT = 10
 """PyMySQL's own default ``connect_timeout``, in seconds."""
 
 
+POSTGRESQL_PORT = 5432
+
+
+def greeting_timeout_message(cparams: dict[str, Any], timeout: float) -> str:
+    """What to say when no server greeting came within ``timeout`` seconds.
+
+    PostgreSQL waits for the client to speak first, so a MySQL URL pointed at its port
+    times out here; a partitioned or stalled MariaDB server does too. Only the port
+    tells them apart (no byte came back): PostgreSQL is named only for its port.
+    """
+    where = f"{cparams.get('host', 'localhost')}:{cparams.get('port', 3306)}"
+    said = f"no MySQL/MariaDB server greeting from {where} within {timeout:g}s"
+    if int(cparams.get("port") or 3306) == POSTGRESQL_PORT:
+        return (
+            f"{said}: that is PostgreSQL's port (5432), which waits for the client to "
+            "speak first; check the port in the URL"
+        )
+    return (
+        f"{said}: the server did not answer in time (down, overloaded, or the network "
+        "between is dropping packets); raise the wait with ?connect_timeout=SECONDS in "
+        "the URL if it is only slow"
+    )
+
+
 def _connect_with_greeting_timeout(
     dialect: Any, record: Any, cargs: tuple[Any, ...], cparams: dict[str, Any]
 ) -> Any:
@@ -223,12 +247,8 @@ def _connect_with_greeting_timeout(
     except dialect.loaded_dbapi.OperationalError as exc:
         if "timed out" not in str(exc):
             raise
-        where = f"{cparams.get('host', 'localhost')}:{cparams.get('port', 3306)}"
         raise dialect.loaded_dbapi.OperationalError(
-            2013,
-            f"no MySQL/MariaDB server greeting from {where} within {timeout:g}s: is "
-            "another kind of server listening there (PostgreSQL's port is 5432)? "
-            "Raise the wait with ?connect_timeout=SECONDS in the URL",
+            2013, greeting_timeout_message(cparams, timeout)
         ) from None
     # After the greeting, queries wait as long as they need (PyMySQL's attribute for
     # the read timeout; tests/conformance/test_engine_hooks.py checks it is reset).
@@ -464,8 +484,23 @@ def _table_bytes(connection: Connection, tables: Sequence[Table]) -> dict[str, i
     return found
 
 
+def _link_timeouts(driver: str, worker_lease_seconds: float | None) -> dict[str, Any]:
+    # PyMySQL waits on a silent server for ever (no read or write timeout by default).
+    # Only a worker's engine gets them, fitted in the lease: the engine of an app may
+    # run a query longer than any bound chosen here, and keeps PyMySQL's defaults.
+    if driver != "pymysql" or worker_lease_seconds is None:
+        return {}
+    lease = float(worker_lease_seconds)
+    return {
+        "connect_timeout": max(2, round(lease / 6)),
+        "read_timeout": max(1.0, lease / 2),
+        "write_timeout": max(1.0, lease / 2),
+    }
+
+
 def _backend(name: str) -> Backend:
     return Backend(
+        link_timeouts=_link_timeouts,
         # MariaDB's JSON is LONGTEXT with a JSON_VALID check, and reflects as LONGTEXT;
         # MySQL's is its own type. Before sqlq_0010 the column was TEXT.
         json_column_types=frozenset({"JSON", "LONGTEXT"}),

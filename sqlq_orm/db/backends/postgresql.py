@@ -234,8 +234,46 @@ def _table_bytes(connection: Connection, tables: Sequence[Table]) -> dict[str, i
     return found
 
 
+_LIBPQ_DRIVERS = frozenset({"psycopg", "psycopg_async", "psycopg2", "psycopg2cffi"})
+"""SQLAlchemy driver names whose connections go through libpq (its conninfo options)."""
+
+DEFAULT_LINK_TIMEOUTS = {
+    "connect_timeout": 10,
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 60_000,
+}
+"""libpq's bounds for an engine of :func:`sqlq_orm.create_engine`: a dead link is
+noticed within about a minute. Keepalives only probe an idle socket and the server's
+kernel answers them while a long query runs, so no healthy statement is cut short."""
+
+
+def _link_timeouts(driver: str, worker_lease_seconds: float | None) -> dict[str, Any]:
+    # libpq has no read timeout. A link that drops packets leaves sent bytes (a
+    # statement, a keepalive probe) unacknowledged, and tcp_user_timeout then closes the
+    # socket: the blocked call raises OperationalError. For a worker everything fits in
+    # a third of the lease, so it knows before the lease runs out; lease 30 s gives the
+    # settings that bounded a real partition: connect 5 s, keepalives 5/2/3, 10 s.
+    if driver not in _LIBPQ_DRIVERS:
+        return {}
+    if worker_lease_seconds is None:
+        return dict(DEFAULT_LINK_TIMEOUTS)
+    lease = float(worker_lease_seconds)
+    return {
+        "connect_timeout": max(2, round(lease / 6)),
+        "keepalives": 1,
+        "keepalives_idle": max(1, round(lease / 6)),
+        "keepalives_interval": max(1, round(lease / 15)),
+        "keepalives_count": 3,
+        "tcp_user_timeout": max(1000, round(lease * 1000 / 3)),
+    }
+
+
 BACKEND = Backend(
     name="postgresql",
+    link_timeouts=_link_timeouts,
     table_bytes=_table_bytes,
     title="PostgreSQL",
     insert=_insert,
