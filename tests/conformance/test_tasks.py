@@ -320,6 +320,19 @@ def test_a_wait_that_runs_out_of_time_says_where_the_job_is(tasks):
         tasks.wait(later, job.id + 1000, timeout=1)
 
 
+@pytest.mark.parametrize("timeout", [float("nan"), -1, -0.5, float("-inf"), "5", None, True])
+def test_a_wait_timeout_that_is_not_a_number_of_seconds_is_refused(tasks, timeout):
+    # Issue 34 item 15: wait(timeout=nan) never returned (a NaN deadline is never
+    # reached). Refused before anything is read, sync and async alike.
+    @tasks.registry.task()
+    def later() -> int:
+        return 1
+
+    job = tasks.enqueue(later.options(delay=3600))
+    with pytest.raises(InvalidInput, match="timeout must be a number of seconds >= 0"):
+        tasks.wait(later, job.id, timeout=timeout)
+
+
 def test_wait_returns_once_a_worker_finishes_the_job(tasks):
     @tasks.registry.task()
     def square(n: int) -> int:
