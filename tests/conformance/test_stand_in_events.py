@@ -138,3 +138,46 @@ def test_a_stand_in_row_that_loses_its_success_breaks_the_replay(engine, queue, 
 
     found = {(v.invariant, v.job_id) for v in check(queue)}
     assert ("events_follow_state_machine", job.id) in found
+
+
+@pytest.mark.parametrize("start", [True, False], ids=["stood-for", "written"])
+def test_claimed_records_the_lease_each_job_was_granted(engine, queue, clock, start):
+    # Issue 34 item 5: CLAIMED's lease_seconds said the claim's default (30), not the
+    # length a job type of its own lease was granted (600), written or stood for.
+    own = queue.enqueue("long", {})
+    plain = queue.enqueue("plain", {})
+
+    leases = queue.claim(
+        "w", limit=2, lease_seconds=30, start=start, lease_seconds_by_type={"long": 600}
+    )
+    if not start:
+        leases = [queue.start(lease) for lease in leases]
+
+    def claimed(job_id: int):
+        (event,) = [e for e in job_timeline(queue, job_id).events if e.event == "CLAIMED"]
+        return event.detail
+
+    assert claimed(own.id) == {"attempt": 1, "lease_seconds": 600}
+    assert claimed(plain.id) == {"attempt": 1, "lease_seconds": 30}
+    for lease in leases:
+        queue.succeed(lease)
+    assert claimed(own.id) == {"attempt": 1, "lease_seconds": 600}
+    assert check(queue) == []
+
+
+def test_a_workers_claim_records_the_tasks_own_lease(engine, queue):
+    registry = sqlq_orm.TaskRegistry(queue)
+
+    @registry.task(lease=4)
+    def quick() -> None:
+        return None
+
+    job = quick.enqueue()
+    sqlq_orm.Worker(
+        queue, registry, burst=True, install_signal_handlers=False, sweep_interval=None,
+        poll_interval=0.05, lease_seconds=10,
+    ).run()  # fmt: skip
+
+    events = job_timeline(queue, job.id).events
+    assert [e.event for e in events] == ["ENQUEUED", "CLAIMED", "STARTED", "SUCCEEDED"]
+    assert events[1].detail == {"attempt": 1, "lease_seconds": 4}
