@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 from sqlalchemy import func, select
@@ -21,7 +22,7 @@ import sqlq_orm
 import sqlq_orm.tasks
 from sqlq_orm import AsyncJobContext, InvalidInput, JobContext, TaskRegistry
 from sqlq_orm.ops.render.timeline import render_timeline_text
-from sqlq_orm.tasks import ARGUMENTS_DO_NOT_BIND
+from sqlq_orm.tasks import ARGUMENTS_DO_NOT_BIND, RESULT_DOES_NOT_MATCH
 from tests.support.aio_bridge import FLAVOURS, LoopThread, async_url
 from tests.support.worker_helpers import running
 
@@ -292,6 +293,76 @@ def test_a_tasks_return_value_is_its_result_rebuilt_by_the_annotation(tasks):
     lines = render_timeline_text(shown).splitlines()
     (result_line,) = [line for line in lines if line.startswith("  result ")]
     assert result_line.startswith("  result {") and '"order":7' in result_line
+
+
+class Stop(TypedDict):
+    street: str
+    minutes: int
+
+
+def test_a_result_that_does_not_match_its_annotation_fails_the_job(tasks):
+    # Issue 34 item 6: it ended SUCCEEDED, and wait then raised a raw TypeError.
+    @tasks.registry.task(max_retries=3)
+    def bill(order: int) -> Receipt:
+        return {"bogus": order}  # type: ignore[return-value]
+
+    job = tasks.enqueue(bill, 7)
+    tasks.drain()
+
+    row = tasks.queue.get_job(job.id)
+    assert (row.status, row.error_code, len(row.attempts)) == (
+        "FAILED", RESULT_DOES_NOT_MATCH, 1,
+    )  # fmt: skip
+    assert "does not match its return annotation Receipt" in row.error_detail
+    with pytest.raises(sqlq_orm.JobFailed) as failed:
+        tasks.wait(bill, job.id, timeout=5)
+    assert failed.value.error_code == RESULT_DOES_NOT_MATCH
+
+
+def test_a_stored_result_that_does_not_match_the_annotation_raises_a_sqlq_error(tasks):
+    # A result stored before results were checked (or before the annotation changed):
+    # wait and result raise ResultDoesNotMatch, never a raw TypeError.
+    @tasks.registry.task()
+    def bill(order: int) -> Receipt:
+        return Receipt(order, [])
+
+    job = tasks.enqueue(bill, 7)
+    (lease,) = tasks.queue.claim("w", start=True)
+    tasks.queue.succeed(lease, result={"bogus": 1})
+
+    with pytest.raises(sqlq_orm.ResultDoesNotMatch, match=f"job {job.id}'s stored result"):
+        tasks.wait(bill, job.id, timeout=5)
+    with pytest.raises(sqlq_orm.SqlqError, match="return annotation of task '.*bill'"):
+        tasks.result(bill, job.id)
+
+
+def test_arguments_that_do_not_match_their_annotations_are_refused_at_enqueue(tasks):
+    # Issue 34 item 6: Order("not-an-int", 5) and TypedDicts of the wrong types were
+    # accepted and stored.
+    @tasks.registry.task()
+    def deliver(address: Address, stops: list[Stop], attempts: int = 1) -> None:
+        pass
+
+    home = Address("1 Main St", "Springfield")
+    bad_calls = [
+        ((Address(1, "Springfield"),), {"stops": []}, "address.street must be str, got int 1"),  # type: ignore[arg-type]
+        ((home,), {"stops": [{"street": "x", "minutes": "5"}]}, "stops[0]['minutes'] must be int"),
+        ((home,), {"stops": [{"street": "x"}]}, "stops[0] (Stop) is missing the key 'minutes'"),
+        ((home,), {"stops": [], "attempts": "2"}, "attempts must be int, got str '2'"),
+        (({"street": "1 Main St", "city": "S"},), {"stops": []}, "address must be Address"),
+    ]
+    for args, kwargs, problem in bad_calls:
+        with pytest.raises(InvalidInput, match=re.escape(problem)):
+            tasks.enqueue(deliver, *args, **kwargs)
+    with pytest.raises(InvalidInput, match=r"call #1: .*attempts must be int"):
+        tasks.enqueue_many(
+            deliver,
+            [{"address": home, "stops": []}, {"address": home, "stops": [], "attempts": 1.5}],
+        )
+
+    assert tasks.job_count() == 0
+    tasks.enqueue(deliver, home, [{"street": "x", "minutes": 5}], attempts=2)
+    assert tasks.job_count() == 1
 
 
 def test_the_result_of_a_failed_job_raises_with_its_error_code(tasks):
