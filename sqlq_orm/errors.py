@@ -243,3 +243,18 @@ class WaitTimeout(SqlqError, TimeoutError):
         self.job_id = job_id
         self.status = status
         super().__init__(f"job {job_id} is still {status} after waiting {timeout:g}s")
+
+
+class ResultDoesNotMatch(SqlqError):
+    """A job's stored result does not match the return annotation of the task that
+    reads it back (stored before results were checked, or the annotation changed
+    since): the value cannot be rebuilt as the annotation promises."""
+
+    def __init__(self, job_id: int, task: str, problem: str) -> None:
+        self.job_id = job_id
+        self.task = task
+        self.problem = problem
+        super().__init__(
+            f"job {job_id}'s stored result does not match the return annotation of task "
+            f"{task!r}: {problem}; read it as JSON with Queue.result({job_id})"
+        )

@@ -140,6 +140,23 @@ def lease_seconds(value: object) -> int:
     return seconds
 
 
+def wait_timeout(value: object) -> float:
+    """How long a wait may take: a number of seconds >= 0, or ``math.inf`` (no limit).
+
+    NaN is refused: it compares false with everything, so a deadline of NaN is never
+    reached and the wait would never return.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInput(f"timeout must be a number of seconds >= 0, got {_short(value)}")
+    seconds = float(value)
+    if math.isnan(seconds) or seconds < 0:
+        raise InvalidInput(
+            f"timeout must be a number of seconds >= 0 (or math.inf to wait without a "
+            f"limit), got {_short(value)}"
+        )
+    return seconds
+
+
 def claim_queues(value: object, max_length: int) -> list[str]:
     """The queues a claim takes from: one name or a sequence of names, duplicates dropped."""
     if isinstance(value, str):

@@ -17,7 +17,6 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from sqlq_orm.core import validation
 from sqlq_orm.core.validation import MAX_JOB_ID
 from sqlq_orm.dashboard.cache import SharedAnswer
 from sqlq_orm.dashboard.charts import Series, stacked_bars
@@ -28,6 +27,7 @@ from sqlq_orm.ops.dependencies import waiting_jobs
 from sqlq_orm.ops.history import History, finished_history
 from sqlq_orm.ops.joblist import (
     DEFAULT_PAGE_SIZE,
+    EXACT_COUNT_SECONDS,
     MAX_COUNTED,
     SCAN_CHUNK,
     JobFilter,
@@ -35,6 +35,7 @@ from sqlq_orm.ops.joblist import (
     RecentCount,
     count_capped,
     count_recent,
+    count_within,
     list_jobs,
 )
 from sqlq_orm.ops.jobsort import SORT_WINDOW, JobSort, SortCursor, SortedPage, list_sorted_jobs
@@ -298,6 +299,9 @@ class Pages:
         self.render = renderer
         self.runnable = runnable or set()
         self.sizes = sizes
+        self.exact_count_seconds = EXACT_COUNT_SECONDS
+        """How long the list's exact count (``count=all``) may take before the page
+        shows its bounded count instead, and says so."""
         """The schedules the host declared to the dashboard: the ones it can run now."""
         # The whole stats report, shared by every tab (see sqlq_orm.dashboard.cache).
         self.report = report or SharedAnswer(lambda: queue.stats(), fresh_seconds=0)
@@ -342,6 +346,7 @@ class Pages:
             return self._bad_request(request, error)
         if not job_sort.is_default:
             return await self._sorted_jobs(request, job_filter, job_sort, after, window, exact)
+        gave_up: list[bool] = []
         try:
 
             def read() -> tuple[JobPage, RecentCount, int]:
@@ -350,8 +355,10 @@ class Pages:
                     scan_chunks=PAGE_SCAN_CHUNKS,
                 )  # fmt: skip
                 if exact:
-                    count = count_capped(self.queue, job_filter, cap=validation.INT32_MAX)
-                    return page, RecentCount(count=count, scanned_all=True), 0
+                    count = count_within(self.queue, job_filter, self.exact_count_seconds)
+                    if count is not None:
+                        return page, RecentCount(count=count, scanned_all=True), 0
+                    gave_up.append(True)  # too slow: the bounded count below, said so
                 if before is None and len(page.jobs) < PAGE_SIZE:
                     # A short first page holds every match its scan met: that is the
                     # total (of the newest ids the scan read, when it stopped early).
@@ -371,7 +378,7 @@ class Pages:
         return self._jobs_page(
             request, job_filter, job_sort, page.jobs, total, scanned, exact,
             first=before is None, older=older, stopped_early=page.stopped_early,
-            searched_to=page.next_before,
+            searched_to=page.next_before, count_gave_up=bool(gave_up),
         )  # fmt: skip
 
     async def _sorted_jobs(
@@ -384,6 +391,7 @@ class Pages:
         exact: bool,
     ) -> Response:
         """The list in another order than newest first (see :mod:`sqlq_orm.ops.jobsort`)."""
+        gave_up: list[bool] = []
         try:
 
             def read() -> tuple[SortedPage, RecentCount, int]:
@@ -392,8 +400,10 @@ class Pages:
                     limit=PAGE_SIZE, scan_chunks=PAGE_SCAN_CHUNKS,
                 )  # fmt: skip
                 if exact:
-                    count = count_capped(self.queue, job_filter, cap=validation.INT32_MAX)
-                    return page, RecentCount(count=count, scanned_all=True), 0
+                    count = count_within(self.queue, job_filter, self.exact_count_seconds)
+                    if count is not None:
+                        return page, RecentCount(count=count, scanned_all=True), 0
+                    gave_up.append(True)  # too slow: the bounded count below, said so
                 if index_counts(job_filter) and not job_sort.bounded:
                     count = count_capped(self.queue, job_filter, cap=MAX_COUNTED)
                     return page, RecentCount(count=count, scanned_all=True), 0
@@ -414,6 +424,7 @@ class Pages:
             first=after is None, older=older, stopped_early=page.stopped_early,
             searched_to=None if page.next_after is None else page.next_after.id,
             window=page.window, window_whole=page.window_holds_all,
+            count_gave_up=bool(gave_up),
         )  # fmt: skip
 
     def _jobs_page(
@@ -432,6 +443,7 @@ class Pages:
         searched_to: int | None,
         window: int | None = None,
         window_whole: bool = False,
+        count_gave_up: bool = False,
     ) -> Response:
         params = filter_params(job_filter)
         view = dict(params, **sort_params(job_sort))
@@ -453,7 +465,9 @@ class Pages:
             window_whole=window_whole,
             total=total.count,
             scanned_all=total.scanned_all,
-            exact=exact,
+            exact=exact and not count_gave_up,
+            count_gave_up=count_gave_up,
+            exact_count_ms=round(self.exact_count_seconds * 1000),
             scanned=scanned,
             max_counted=MAX_COUNTED,
             # A bulk action is offered only where the filter leaves it something to do.

@@ -22,7 +22,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from sqlq_orm.db.context import HasContext, QueueContext, context_of
 from sqlq_orm.errors import InvalidInput
-from sqlq_orm.ops import dependency_order
+from sqlq_orm.ops import dependency_order, timeline_order
 from sqlq_orm.ops.stand_ins import event_names
 from sqlq_orm.schema.states import (
     ACTIVE,
@@ -93,6 +93,7 @@ INVARIANTS: dict[str, str] = {
         "connection wrote with foreign keys off, e.g. an engine without sqlq's settings)"
     ),
     **dependency_order.INVARIANTS,
+    **timeline_order.INVARIANTS,
 }
 """Every invariant the checker knows, by name, with what it requires."""
 
@@ -138,6 +139,12 @@ def check(target: QueueContext | HasContext | Engine) -> list[Violation]:
             for row in connection.execute(query):
                 violations.append(Violation(name, row[0], _describe(row)))
         violations.extend(_replay_events(connection, tables.jobs, tables.attempts, tables.events))
+        violations.extend(
+            Violation(*problem)
+            for problem in timeline_order.order_problems(
+                connection, tables.jobs, tables.attempts, tables.events
+            )
+        )
         violations.extend(_schedule_problems(connection, tables.events, tables.schedules))
         if tables.dependencies is not None:
             for name, query in _dependency_checks(tables.jobs, tables.dependencies):

@@ -159,7 +159,8 @@ class TimelineQueries:
         )
 
     def events(self, job_id: int) -> Select[Any]:
-        """On ``ix_*_job_ts`` (job_id, ts)."""
+        """On ``ix_*_job_ts`` (job_id, ts); put in the order they happened (event id)
+        by :func:`~sqlq_orm.ops.stand_ins.in_order`, whatever their times say."""
         e = self.tables.events.c
         return (
             select(e.id, e.ts, e.event, e.actor, e.detail)
@@ -314,8 +315,10 @@ def job_timeline(
 
 
 def _events(written: Sequence[Any], attempt_rows: Sequence[Any]) -> list[EventView]:
-    """The written events with those the attempt rows stand for, ordered by time (and
-    within one time as they happened: :mod:`sqlq_orm.ops.stand_ins`)."""
+    """The written events with those the attempt rows stand for, in the order they
+    happened (:mod:`sqlq_orm.ops.stand_ins`): by event id, never re-sorted by time, so
+    a clock stepped backward shows its earlier times out of order instead of moving a
+    SUCCEEDED before its CLAIMED."""
 
     def view(e: Any) -> EventView:
         return EventView(ts=e.ts, event=e.event, actor=e.actor, detail=e.detail)
@@ -342,6 +345,4 @@ def _events(written: Sequence[Any], attempt_rows: Sequence[Any]) -> list[EventVi
         )
         for e in written
     ]
-    merged = in_order(written_views, stand_ins)
-    # Python's sort is stable: the order they happened in breaks ties of time.
-    return sorted(merged, key=lambda event: event.ts)
+    return in_order(written_views, stand_ins)

@@ -19,7 +19,7 @@ from sqlq_orm.errors import (
     InvalidInput,
     SqlqError,
 )
-from sqlq_orm.queue.core import QueueCore, log, retry_if_rolled_back
+from sqlq_orm.queue.core import QueueCore, detail_json, log, retry_if_rolled_back
 from sqlq_orm.schema.mixins import QUEUE_MAX, WORKER_ID_MAX
 
 _TOKEN_BYTES = 24
@@ -134,7 +134,7 @@ class Claiming(QueueCore):
                 else:
                     self.sql.write(connection, self.sql.claim_events_of_batch, history)
             if by_type:
-                self._set_own_leases(connection, leases, by_type)
+                self._set_own_leases(connection, leases, by_type, started=start)
         leases.sort(key=lambda lease: lease.job_id)
         return leases
 
@@ -152,10 +152,15 @@ class Claiming(QueueCore):
         return lengths
 
     def _set_own_leases(
-        self, connection: Connection, leases: list[Lease], by_type: Mapping[str, int]
+        self,
+        connection: Connection,
+        leases: list[Lease],
+        by_type: Mapping[str, int],
+        *,
+        started: bool,
     ) -> None:
         """Give the just-claimed jobs of ``by_type``'s types their own lease length:
-        one guarded update per length (the claim's events keep the claim's expiry)."""
+        one guarded update per length, and the history records the length granted."""
         by_length: dict[int, list[Lease]] = {}
         for lease in leases:
             length = by_type.get(lease.type)
@@ -171,6 +176,33 @@ class Claiming(QueueCore):
             expiries = {row.id: row.lease_expires_at for row in rows}
             for lease in held:
                 lease.lease_expires_at = expiries.get(lease.job_id, lease.lease_expires_at)
+            self._record_granted_lease(connection, held, length, started=started)
+
+    def _record_granted_lease(
+        self, connection: Connection, held: list[Lease], length: int, *, started: bool
+    ) -> None:
+        """What the claim's history says of the lease (CLAIMED's ``lease_seconds``,
+        written or stood for by the attempt row) becomes the length granted (issue 34:
+        it said the claim's default). Same transaction: nobody saw the first value."""
+        ids = [lease.job_id for lease in held]
+        if started:
+            self.sql.write(
+                connection,
+                self.sql.granted_lease_of_open_attempts,
+                {"p_ids": ids, "p_lease_seconds": length},
+            )
+            return
+        attempts = {lease.job_id: lease.attempt for lease in held}
+        claimed = connection.execute(self.sql.last_claimed_events, {"p_ids": ids}).all()
+        details = [
+            {
+                "p_event_id": event_id,
+                "p_detail": detail_json({"attempt": attempts[job_id], "lease_seconds": length}),
+            }
+            for job_id, event_id in claimed
+        ]
+        if details:
+            self.sql.write(connection, self.sql.granted_lease_of_claimed_event, details)
 
     def _claim_rows(
         self, connection: Connection, statement: Any, params: dict[str, Any], limit: int

@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlq_orm.core import validation
 from sqlq_orm.core.results import decode_result
-from sqlq_orm.errors import InvalidInput, JobFailed, JobNotFound, ResultNotReady, WaitTimeout
+from sqlq_orm.errors import JobFailed, JobNotFound, ResultNotReady, WaitTimeout
 from sqlq_orm.queue.core import QueueCore
 from sqlq_orm.queue.finish_listener import finish_listener
 from sqlq_orm.schema.states import JobStatus
@@ -68,11 +68,12 @@ class Results(QueueCore):
 
         Raises what :meth:`result` raises for a failed or unknown job, and
         :class:`~sqlq_orm.errors.WaitTimeout` (a ``TimeoutError``) when the job has not
-        finished within ``timeout`` seconds.
+        finished within ``timeout`` seconds (``math.inf``: no limit). A timeout that is
+        not a number of seconds >= 0 (NaN, a negative number, a string) raises
+        :class:`~sqlq_orm.errors.InvalidInput` before anything is read.
         """
         validation.job_id(job_id)
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
-            raise InvalidInput(f"timeout must be a number of seconds >= 0, got {timeout!r}")
+        timeout = validation.wait_timeout(timeout)
         deadline = time.monotonic() + timeout
         pause = _FIRST_PAUSE
         # Subscribed before the first read, so a finish between the read and the pause

@@ -19,6 +19,7 @@ The layer sits above :mod:`sqlq_orm.queue` (it enqueues through ``Queue``) and b
 - :mod:`~sqlq_orm.tasks.signature`: binding a call to a payload and back;
 - :mod:`~sqlq_orm.tasks.codec`: dataclass, TypedDict and pydantic arguments to JSON
   and back;
+- :mod:`~sqlq_orm.tasks.conformity`: values checked against their annotations;
 - :mod:`~sqlq_orm.tasks.runner`: the handler the worker calls for a task;
 - :mod:`~sqlq_orm.tasks.failures`: ``retry_on``/``no_retry_on`` and error codes;
 - :mod:`~sqlq_orm.tasks.middleware`: hooks around every enqueue and run;
@@ -27,11 +28,13 @@ The layer sits above :mod:`sqlq_orm.queue` (it enqueues through ``Queue``) and b
 
 from sqlq_orm.tasks.middleware import TaskMiddleware
 from sqlq_orm.tasks.registry import TaskDecorator, TaskRegistry, default_task_name
+from sqlq_orm.tasks.runner import RESULT_DOES_NOT_MATCH
 from sqlq_orm.tasks.signature import ARGUMENTS_DO_NOT_BIND, ArgumentsDoNotBind, TaskSignature
 from sqlq_orm.tasks.task import Task, TaskOptions
 
 __all__ = [
     "ARGUMENTS_DO_NOT_BIND",
+    "RESULT_DOES_NOT_MATCH",
     "ArgumentsDoNotBind",
     "Task",
     "TaskDecorator",

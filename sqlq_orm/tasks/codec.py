@@ -38,7 +38,7 @@ class Converter:
 PLAIN = Converter()
 
 
-def _pydantic_base() -> type | None:
+def pydantic_base() -> type | None:
     # Only when the app has imported pydantic: a task module that uses a model has.
     module = sys.modules.get("pydantic")
     return getattr(module, "BaseModel", None) if module is not None else None
@@ -48,7 +48,7 @@ def converter_for(hint: Any) -> Converter:
     """The converter of a parameter annotated ``hint`` (PLAIN when none is needed)."""
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return _dataclass_converter(hint)
-    pydantic_model = _pydantic_base()
+    pydantic_model = pydantic_base()
     if pydantic_model is not None and isinstance(hint, type) and issubclass(hint, pydantic_model):
         model: Any = hint
         return Converter(lambda value: value.model_dump(mode="json"), model.model_validate)

@@ -4,7 +4,9 @@ into a call of the task function.
 The worker knows handlers only (``handler(ctx)``); a task is registered as one of
 these runners, so the worker needs nothing task-specific. A job whose stored
 arguments no longer bind to the function (a deploy changed its signature) fails at
-once, not retried, with :data:`~sqlq_orm.tasks.signature.ARGUMENTS_DO_NOT_BIND`.
+once, not retried, with :data:`~sqlq_orm.tasks.signature.ARGUMENTS_DO_NOT_BIND`; a
+run whose return value does not match the return annotation fails, not retried, with
+:data:`RESULT_DOES_NOT_MATCH`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,14 @@ from sqlq_orm.worker.handlers import AsyncJobContext, JobContext
 
 if TYPE_CHECKING:
     from sqlq_orm.tasks.task import Task
+
+RESULT_DOES_NOT_MATCH = "INVALID_RESULT:DOES_NOT_MATCH_ANNOTATION"
+"""The error code of a run whose return value does not match the task's return
+annotation (not retried: the same code would return the same kind of value)."""
+
+
+def _annotation(hint: Any) -> str:
+    return hint.__name__ if isinstance(hint, type) else repr(hint).replace("typing.", "")
 
 
 class TaskRunner:
@@ -64,7 +74,18 @@ class TaskRunner:
         return args, kwargs
 
     def stored(self, value: Any) -> JobResult | None:
-        """The return value as the job's result (None: nothing to store)."""
+        """The return value as the job's result (None: nothing to store), or a
+        non-retryable :class:`JobError` (:data:`RESULT_DOES_NOT_MATCH`) when it does
+        not match the return annotation: the job ends FAILED, not SUCCEEDED with a
+        result nobody can read back as promised."""
+        problem = self.signature.result_problem(value)
+        if problem is not None:
+            raise JobError(
+                RESULT_DOES_NOT_MATCH,
+                f"task {self.signature.task_name!r} returned a value that does not match "
+                f"its return annotation {_annotation(self.signature.result_hint)}: {problem}",
+                retryable=False,
+            )
         if value is None:
             return None
         encode = self.signature.result_converter.encode

@@ -6,10 +6,11 @@ without an argument gets the default the code has when it runs. ``*args`` is sto
 under its name as a list, ``**kwargs`` as an object.
 
 Binding happens twice: at enqueue (:meth:`TaskSignature.payload_of`, before anything
-is written: a missing, unexpected or non-JSON argument raises
+is written: a missing, unexpected or non-JSON argument, or one that does not match its
+annotation (:mod:`sqlq_orm.tasks.conformity`), raises
 :class:`~sqlq_orm.errors.InvalidInput` naming it) and on the worker
-(:meth:`TaskSignature.call_of`: a stored payload that no longer fits the function,
-after a deploy changed it, raises :class:`ArgumentsDoNotBind`).
+(:meth:`TaskSignature.call_of`: a stored payload that no longer fits the function or
+its annotations, after a deploy changed them, raises :class:`ArgumentsDoNotBind`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 from sqlq_orm.errors import InvalidInput
 from sqlq_orm.tasks.codec import Converter, converter_for, json_problem
+from sqlq_orm.tasks.conformity import type_problem
 from sqlq_orm.worker.handlers import JobContext
 
 META_KEY = "__sqlq__"
@@ -76,8 +78,12 @@ class TaskSignature:
         self.converters: dict[str, Converter] = {
             p.name: converter_for(hints.get(p.name, Any)) for p in parameters
         }
+        self.hints: dict[str, Any] = {p.name: hints.get(p.name, Any) for p in parameters}
+        """Each parameter's annotation (``Any`` where it has none), as values are checked."""
         self.result_converter = converter_for(hints.get("return", Any))
         """How the function's return value is stored and read back (by its annotation)."""
+        self.result_hint: Any = hints.get("return", Any)
+        """The return annotation (``Any`` where there is none)."""
         kinds = {p.kind for p in parameters}
         self._simple = not kinds & {
             inspect.Parameter.POSITIONAL_ONLY,
@@ -126,6 +132,12 @@ class TaskSignature:
             return None
         payload: dict[str, Any] = {}
         for name, value in arguments.items():
+            problem = self.argument_problem(name, value)
+            if problem is not None:
+                raise InvalidInput(
+                    f"task {self.task_name!r}: argument {name!r} does not match its "
+                    f"annotation: {problem}; nothing was written"
+                )
             encode = self.converters[name].encode
             if encode is not None and value is not None:
                 try:
@@ -182,6 +194,13 @@ class TaskSignature:
                 raise ArgumentsDoNotBind(
                     f"task {self.task_name!r}: the stored **{name} is not a JSON object"
                 )
+            problem = self.argument_problem(name, value)
+            if problem is not None:
+                # E.g. an int stored before a deploy made the parameter a dataclass.
+                raise ArgumentsDoNotBind(
+                    f"task {self.task_name!r}: the stored argument {name!r} does not fit "
+                    f"its annotation any more: {problem}"
+                )
             arguments[name] = value
         if not self._required <= arguments.keys():
             # A parameter added since without a default has no stored value.
@@ -192,6 +211,25 @@ class TaskSignature:
             )
         bound = inspect.BoundArguments(self.signature, arguments)
         return list(bound.args), dict(bound.kwargs)
+
+    def argument_problem(self, name: str, value: Any) -> str | None:
+        """Why ``value`` does not fit parameter ``name``'s annotation, or None
+        (``*args``: each item; ``**kwargs``: each value)."""
+        hint = self.hints[name]
+        kind = self.parameters[name].kind
+        if kind is inspect.Parameter.VAR_POSITIONAL and isinstance(value, (list, tuple)):
+            items = enumerate(value)
+            return next((p for i, v in items if (p := type_problem(v, hint, f"{name}[{i}]"))), None)
+        if kind is inspect.Parameter.VAR_KEYWORD and isinstance(value, Mapping):
+            return next(
+                (p for k, v in value.items() if (p := type_problem(v, hint, f"{name}[{k!r}]"))),
+                None,
+            )
+        return type_problem(value, hint, name)
+
+    def result_problem(self, value: Any) -> str | None:
+        """Why a return value does not fit the return annotation, or None."""
+        return type_problem(value, self.result_hint, "the result")
 
     def named_arguments(self, payload: Any) -> list[tuple[str, Any, bool]] | None:
         """A stored payload as ``(name, value, is_default)`` in the signature's order,

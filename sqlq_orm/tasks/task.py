@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, cast
 
-from sqlq_orm.errors import InvalidInput
+from sqlq_orm.errors import InvalidInput, ResultDoesNotMatch
 from sqlq_orm.queue.queue import Queue
 from sqlq_orm.queue.types import EnqueuedJob, JobSpec
 from sqlq_orm.tasks.inline import run_when_committed
@@ -310,25 +310,34 @@ class Task(Generic[P, R]):
         specs = self.specs(arguments)
         return await self.registry.async_queue.enqueue_many(specs, session=self.defaults.session)
 
-    def _value(self, stored: Any) -> R:
+    def _value(self, job_id: int, stored: Any) -> R:
+        """The stored result rebuilt by the return annotation, or
+        :class:`~sqlq_orm.errors.ResultDoesNotMatch` (never a raw ``TypeError``)."""
         decode = self.signature.result_converter.decode
-        return cast(R, decode(stored) if decode is not None and stored is not None else stored)
+        try:
+            value = decode(stored) if decode is not None and stored is not None else stored
+        except Exception as exc:  # noqa: BLE001 - e.g. Order(**{"bogus": 1}): a TypeError
+            raise ResultDoesNotMatch(job_id, self.name, f"{type(exc).__name__}: {exc}") from None
+        problem = self.signature.result_problem(value)
+        if problem is not None:
+            raise ResultDoesNotMatch(job_id, self.name, problem)
+        return cast(R, value)
 
     def result(self, job_id: int) -> R:
         """What the run ``job_id`` returned, rebuilt by the function's return
         annotation (see :meth:`Queue.result <sqlq_orm.Queue.result>` for the errors)."""
-        return self._value(self.registry.queue.result(job_id))
+        return self._value(job_id, self.registry.queue.result(job_id))
 
     def wait(self, job_id: int, timeout: float = 30.0) -> R:
         """Wait for the run ``job_id`` to finish and return its result (see
         :meth:`Queue.wait <sqlq_orm.Queue.wait>`)."""
-        return self._value(self.registry.queue.wait(job_id, timeout))
+        return self._value(job_id, self.registry.queue.wait(job_id, timeout))
 
     async def result_async(self, job_id: int) -> R:
         """:meth:`result` through the registry's :class:`~sqlq_orm.AsyncQueue`."""
-        return self._value(await self.registry.async_queue.result(job_id))
+        return self._value(job_id, await self.registry.async_queue.result(job_id))
 
     async def wait_async(self, job_id: int, timeout: float = 30.0) -> R:
         """:meth:`wait` through the registry's :class:`~sqlq_orm.AsyncQueue` (its pauses
         hand the event loop back)."""
-        return self._value(await self.registry.async_queue.wait(job_id, timeout))
+        return self._value(job_id, await self.registry.async_queue.wait(job_id, timeout))

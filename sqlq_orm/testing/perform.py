@@ -78,7 +78,7 @@ def perform_call(
         returned = runner(ctx)
     except BaseException as exc:  # noqa: BLE001 - re-raised as the function raised it
         raise _as_raised(exc) from None
-    return _result(task, returned)
+    return _result(task, job_id, returned)
 
 
 async def perform_async(
@@ -100,7 +100,7 @@ async def _awaited(task: Task[Any, R], runner: TaskRunner, ctx: JobContext) -> R
         returned = await runner(ctx)
     except BaseException as exc:  # noqa: BLE001 - re-raised as the function raised it
         raise _as_raised(exc) from None
-    return _result(task, returned)
+    return _result(task, job_id, returned)
 
 
 def _prepared(
@@ -148,7 +148,7 @@ def _as_raised(exc: BaseException) -> BaseException:
     return cause if cause is not None and cause is not exc else exc
 
 
-def _result(task: Task[Any, R], returned: Any) -> R:
+def _result(task: Task[Any, R], job_id: int, returned: Any) -> R:
     if not isinstance(returned, JobResult):
         return returned  # type: ignore[no-any-return]
     try:
@@ -157,4 +157,4 @@ def _result(task: Task[Any, R], returned: Any) -> R:
         raise InvalidInput(
             f"task {task.name!r} returned a value that cannot be stored as JSON ({exc})"
         ) from None
-    return task._value(stored)
+    return task._value(job_id, stored)

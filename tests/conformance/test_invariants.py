@@ -264,11 +264,13 @@ def test_two_succeeded_attempts_are_reported(engine, queue, clock):
         id=job_id,
     )
 
-    # The corrupted row also stands for a second SUCCEEDED in the timeline.
+    # The corrupted row also stands for a second SUCCEEDED in the timeline, placed
+    # last: attempt 1's success after attempt 2's run.
     assert names(check(queue)) == {
         "at_most_one_succeeded_attempt",
         "succeeded_job_has_its_success",
         "events_follow_state_machine",
+        "timeline_follows_event_ids",
     }
 
 
@@ -352,6 +354,52 @@ def test_job_without_events_is_reported(engine, queue):
     (violation,) = check(queue)
     assert violation.invariant == "events_follow_state_machine"
     assert "no events" in violation.detail
+
+
+def test_a_run_placed_before_the_previous_runs_events_is_reported(engine, queue, clock):
+    # Issue 34 item 17: attempt 2's stand-in row placed after attempt 1's claim point,
+    # so attempt 2's CLAIMED comes before attempt 1's RETRY_SCHEDULED by event id.
+    job_id = retried_then_succeeded_job(queue, clock)
+    corrupt(
+        engine,
+        "UPDATE sqlq_job_attempts SET after_event_id = (SELECT MIN(id) FROM sqlq_job_events "
+        "WHERE job_id = :id) WHERE job_id = :id AND attempt = 2",
+        id=job_id,
+    )
+
+    found = [v for v in check(queue) if v.invariant == "timeline_follows_event_ids"]
+    assert [v.job_id for v in found] == [job_id]
+    assert "RETRY_SCHEDULED of attempt 1" in found[0].detail
+
+
+def test_a_run_placed_after_another_jobs_event_is_reported(engine, queue):
+    # Replays fine (the other job's event id is past this job's last), but the order
+    # shown would come from another job's history.
+    job_id = succeeded_job(queue)
+    other = queue.enqueue("t")
+    corrupt(
+        engine,
+        "UPDATE sqlq_job_attempts SET after_event_id = (SELECT MAX(id) FROM sqlq_job_events "
+        "WHERE job_id = :other) WHERE job_id = :id",
+        id=job_id,
+        other=other.id,
+    )
+
+    violations = check(queue)
+    assert names(violations, job_id) == {"timeline_follows_event_ids"}
+    assert f"job {other.id}'s, not this job's" in violations[0].detail
+
+
+def test_a_written_event_naming_an_earlier_attempt_after_a_later_one_is_reported(engine, queue):
+    job_id = succeeded_job_with_written_events(queue)
+    corrupt(
+        engine,
+        "UPDATE sqlq_job_events SET detail = :detail WHERE job_id = :id AND event = 'CLAIMED'",
+        id=job_id,
+        detail=json.dumps({"attempt": 2, "lease_seconds": 30}),
+    )
+
+    assert "timeline_follows_event_ids" in names(check(queue), job_id)
 
 
 def test_orphan_attempt_is_reported(engine, queue):
@@ -568,6 +616,7 @@ def test_every_invariant_has_a_test_that_breaks_it():
         # tests/conformance/test_dependency_retries.py
         "dependent_started_after_parents_settled",
         "waiting_count_matches_parents",
+        "timeline_follows_event_ids",
     }
     assert tested == set(INVARIANTS)
 

@@ -71,6 +71,24 @@ def test_stored_text_is_kept_byte_for_byte_except_on_postgresql(queue):
         assert stored == '{"b":1,"a":[1.0,1e-07]}'
 
 
+def test_negative_zero_keeps_its_sign_except_on_postgresql(queue):
+    # Issue 34 item 6: JSONB stores numbers as numeric, which has no negative zero, so
+    # -0.0 reads back as 0.0 (equal, sign lost) in arguments and results alike. Not
+    # fixable while payloads are JSONB; said in docs/reference/validation.md.
+    import math
+
+    job = queue.enqueue("t", {"x": -0.0})
+    (lease,) = queue.claim("w", start=True)
+    queue.succeed(lease, result=[-0.0])
+
+    signs = [
+        math.copysign(1.0, lease.payload["x"]),
+        math.copysign(1.0, json.loads(queue.get_job(job.id).result)[0]),
+    ]
+    postgresql = queue.dialect.json_refuses_nul  # JSONB
+    assert signs == ([1.0, 1.0] if postgresql else [-1.0, -1.0])
+
+
 def test_a_result_reads_back_as_the_same_value(queue):
     job = queue.enqueue("t")
     (lease,) = queue.claim("w", start=True)

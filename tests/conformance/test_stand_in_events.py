@@ -87,31 +87,43 @@ def test_sqlq_show_prints_the_same_whether_the_events_were_written_or_stood_for(
     assert check(queue) == []
 
 
-def test_events_stay_in_the_order_they_happened_when_the_clock_goes_back(engine, queue, clock):
-    # Stood-for events are replayed by where they happened (after the last written
-    # event before the claim; a SUCCEEDED last), not by time: a clock that went back
-    # before the success still replays ENQUEUED, CLAIMED, STARTED, ..., SUCCEEDED.
+@pytest.mark.parametrize("start_with_claim", [True, False], ids=["stood-for", "written"])
+def test_events_stay_in_the_order_they_happened_when_the_clock_goes_back(
+    engine, queue, clock, start_with_claim
+):
+    # Issue 34 item 5: the timeline (job_timeline, so `sqlq show` and the dashboard's
+    # job page) lists events in the order they happened (event ids; a stood-for
+    # SUCCEEDED last), not by time: a clock stepped back before the success must not
+    # move the SUCCEEDED before its CLAIMED, written or stood for.
     clock.set(T0)
     job = queue.enqueue("t", max_retries=1)
-    (lease,) = queue.claim("w", start=True)
-    queue.fail(lease, "UPSTREAM:DOWN")
+
+    def claim():
+        if start_with_claim:
+            (lease,) = queue.claim("w", start=True)
+            return lease
+        (lease,) = queue.claim("w")
+        return queue.start(lease)
+
+    queue.fail(claim(), "UPSTREAM:DOWN")
     clock.advance(5)
-    (lease,) = queue.claim("w", start=True)
+    lease = claim()
     clock.set(T0 - 200)
     queue.succeed(lease)
 
     assert check(queue) == []
-    events = job_timeline(queue, job.id).events
-    # Shown by time, as written events always were: the success first.
-    assert [(e.event, e.ts - T0) for e in events] == [
-        ("SUCCEEDED", -200),
+    timeline = job_timeline(queue, job.id)
+    assert [(e.event, e.ts - T0) for e in timeline.events] == [
         ("ENQUEUED", 0),
         ("CLAIMED", 0),
         ("STARTED", 0),
         ("RETRY_SCHEDULED", 0),
         ("CLAIMED", 5),
         ("STARTED", 5),
+        ("SUCCEEDED", -200),
     ]
+    shown = render_timeline_text(timeline)
+    assert shown.rindex("CLAIMED") < shown.rindex("SUCCEEDED")
 
 
 def test_a_stand_in_row_that_loses_its_success_breaks_the_replay(engine, queue, clock):
@@ -126,3 +138,46 @@ def test_a_stand_in_row_that_loses_its_success_breaks_the_replay(engine, queue, 
 
     found = {(v.invariant, v.job_id) for v in check(queue)}
     assert ("events_follow_state_machine", job.id) in found
+
+
+@pytest.mark.parametrize("start", [True, False], ids=["stood-for", "written"])
+def test_claimed_records_the_lease_each_job_was_granted(engine, queue, clock, start):
+    # Issue 34 item 5: CLAIMED's lease_seconds said the claim's default (30), not the
+    # length a job type of its own lease was granted (600), written or stood for.
+    own = queue.enqueue("long", {})
+    plain = queue.enqueue("plain", {})
+
+    leases = queue.claim(
+        "w", limit=2, lease_seconds=30, start=start, lease_seconds_by_type={"long": 600}
+    )
+    if not start:
+        leases = [queue.start(lease) for lease in leases]
+
+    def claimed(job_id: int):
+        (event,) = [e for e in job_timeline(queue, job_id).events if e.event == "CLAIMED"]
+        return event.detail
+
+    assert claimed(own.id) == {"attempt": 1, "lease_seconds": 600}
+    assert claimed(plain.id) == {"attempt": 1, "lease_seconds": 30}
+    for lease in leases:
+        queue.succeed(lease)
+    assert claimed(own.id) == {"attempt": 1, "lease_seconds": 600}
+    assert check(queue) == []
+
+
+def test_a_workers_claim_records_the_tasks_own_lease(engine, queue):
+    registry = sqlq_orm.TaskRegistry(queue)
+
+    @registry.task(lease=4)
+    def quick() -> None:
+        return None
+
+    job = quick.enqueue()
+    sqlq_orm.Worker(
+        queue, registry, burst=True, install_signal_handlers=False, sweep_interval=None,
+        poll_interval=0.05, lease_seconds=10,
+    ).run()  # fmt: skip
+
+    events = job_timeline(queue, job.id).events
+    assert [e.event for e in events] == ["ENQUEUED", "CLAIMED", "STARTED", "SUCCEEDED"]
+    assert events[1].detail == {"attempt": 1, "lease_seconds": 4}

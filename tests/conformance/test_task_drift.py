@@ -4,14 +4,22 @@ type with counts, before they fail one by one on the workers; finished jobs are 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 
 import sqlq_orm
 import sqlq_orm.tasks.registry
+from sqlq_orm.tasks import ARGUMENTS_DO_NOT_BIND
 from sqlq_orm.tasks.drift import find_drift
 from tests.acceptance.test_cli import sqlq
 from tests.support.tasks_for_tests import registry, send_email
+
+
+@dataclasses.dataclass
+class Order:
+    id: int
+    qty: int
 
 
 def seed(queue: sqlq_orm.Queue) -> dict[str, int]:
@@ -103,3 +111,42 @@ def test_sqlq_enqueue_with_handlers_checks_the_task_arguments_before_writing(db_
     engine = sqlq_orm.create_engine(db_url)
     assert sqlq_orm.Queue(engine).counts_by_status()["QUEUED"] == 1  # only the good one
     engine.dispose()
+
+
+def test_drift_lists_a_parameter_changed_between_int_and_a_dataclass(engine):
+    # Issue 34 item 6: an int stored before a deploy made the parameter a dataclass
+    # (and the other way round) ran silently, and sqlq check --handlers said nothing.
+    queue = sqlq_orm.Queue(engine)
+    before, after = sqlq_orm.TaskRegistry(queue), sqlq_orm.TaskRegistry(queue)
+
+    @before.task(name="shop.charge")
+    def charge_by_id(order: int) -> None: ...
+
+    @before.task(name="shop.ship")
+    def ship_order(order: Order) -> None: ...
+
+    @after.task(name="shop.charge")
+    def charge_order(order: Order) -> None: ...
+
+    @after.task(name="shop.ship")
+    def ship_by_id(order: int) -> None: ...
+
+    charged = charge_by_id.enqueue(5)
+    shipped = ship_order.enqueue(Order(5, 2))
+
+    drift = {d.type: d for d in find_drift(queue, after)}
+    assert set(drift) == {"shop.charge", "shop.ship"}
+    assert drift["shop.charge"].examples == [
+        (charged.id, "task 'shop.charge': the stored argument 'order' does not fit its "
+         "annotation any more: order must be Order, got int 5"),
+    ]  # fmt: skip
+    assert drift["shop.ship"].examples[0][0] == shipped.id
+    assert "order must be int, got dict" in drift["shop.ship"].examples[0][1]
+
+    sqlq_orm.Worker(
+        queue, after, burst=True, install_signal_handlers=False, sweep_interval=None,
+        poll_interval=0.05,
+    ).run()  # fmt: skip
+    for job in (charged, shipped):
+        row = queue.get_job(job.id)
+        assert (row.status, row.error_code) == ("FAILED", ARGUMENTS_DO_NOT_BIND)

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 from sqlalchemy import func, select
@@ -21,7 +22,7 @@ import sqlq_orm
 import sqlq_orm.tasks
 from sqlq_orm import AsyncJobContext, InvalidInput, JobContext, TaskRegistry
 from sqlq_orm.ops.render.timeline import render_timeline_text
-from sqlq_orm.tasks import ARGUMENTS_DO_NOT_BIND
+from sqlq_orm.tasks import ARGUMENTS_DO_NOT_BIND, RESULT_DOES_NOT_MATCH
 from tests.support.aio_bridge import FLAVOURS, LoopThread, async_url
 from tests.support.worker_helpers import running
 
@@ -294,6 +295,76 @@ def test_a_tasks_return_value_is_its_result_rebuilt_by_the_annotation(tasks):
     assert result_line.startswith("  result {") and '"order":7' in result_line
 
 
+class Stop(TypedDict):
+    street: str
+    minutes: int
+
+
+def test_a_result_that_does_not_match_its_annotation_fails_the_job(tasks):
+    # Issue 34 item 6: it ended SUCCEEDED, and wait then raised a raw TypeError.
+    @tasks.registry.task(max_retries=3)
+    def bill(order: int) -> Receipt:
+        return {"bogus": order}  # type: ignore[return-value]
+
+    job = tasks.enqueue(bill, 7)
+    tasks.drain()
+
+    row = tasks.queue.get_job(job.id)
+    assert (row.status, row.error_code, len(row.attempts)) == (
+        "FAILED", RESULT_DOES_NOT_MATCH, 1,
+    )  # fmt: skip
+    assert "does not match its return annotation Receipt" in row.error_detail
+    with pytest.raises(sqlq_orm.JobFailed) as failed:
+        tasks.wait(bill, job.id, timeout=5)
+    assert failed.value.error_code == RESULT_DOES_NOT_MATCH
+
+
+def test_a_stored_result_that_does_not_match_the_annotation_raises_a_sqlq_error(tasks):
+    # A result stored before results were checked (or before the annotation changed):
+    # wait and result raise ResultDoesNotMatch, never a raw TypeError.
+    @tasks.registry.task()
+    def bill(order: int) -> Receipt:
+        return Receipt(order, [])
+
+    job = tasks.enqueue(bill, 7)
+    (lease,) = tasks.queue.claim("w", start=True)
+    tasks.queue.succeed(lease, result={"bogus": 1})
+
+    with pytest.raises(sqlq_orm.ResultDoesNotMatch, match=f"job {job.id}'s stored result"):
+        tasks.wait(bill, job.id, timeout=5)
+    with pytest.raises(sqlq_orm.SqlqError, match="return annotation of task '.*bill'"):
+        tasks.result(bill, job.id)
+
+
+def test_arguments_that_do_not_match_their_annotations_are_refused_at_enqueue(tasks):
+    # Issue 34 item 6: Order("not-an-int", 5) and TypedDicts of the wrong types were
+    # accepted and stored.
+    @tasks.registry.task()
+    def deliver(address: Address, stops: list[Stop], attempts: int = 1) -> None:
+        pass
+
+    home = Address("1 Main St", "Springfield")
+    bad_calls = [
+        ((Address(1, "Springfield"),), {"stops": []}, "address.street must be str, got int 1"),  # type: ignore[arg-type]
+        ((home,), {"stops": [{"street": "x", "minutes": "5"}]}, "stops[0]['minutes'] must be int"),
+        ((home,), {"stops": [{"street": "x"}]}, "stops[0] (Stop) is missing the key 'minutes'"),
+        ((home,), {"stops": [], "attempts": "2"}, "attempts must be int, got str '2'"),
+        (({"street": "1 Main St", "city": "S"},), {"stops": []}, "address must be Address"),
+    ]
+    for args, kwargs, problem in bad_calls:
+        with pytest.raises(InvalidInput, match=re.escape(problem)):
+            tasks.enqueue(deliver, *args, **kwargs)
+    with pytest.raises(InvalidInput, match=r"call #1: .*attempts must be int"):
+        tasks.enqueue_many(
+            deliver,
+            [{"address": home, "stops": []}, {"address": home, "stops": [], "attempts": 1.5}],
+        )
+
+    assert tasks.job_count() == 0
+    tasks.enqueue(deliver, home, [{"street": "x", "minutes": 5}], attempts=2)
+    assert tasks.job_count() == 1
+
+
 def test_the_result_of_a_failed_job_raises_with_its_error_code(tasks):
     @tasks.registry.task(max_retries=0)
     def explode() -> int:
@@ -318,6 +389,19 @@ def test_a_wait_that_runs_out_of_time_says_where_the_job_is(tasks):
         tasks.wait(later, job.id, timeout=0.05)
     with pytest.raises(sqlq_orm.JobNotFound):
         tasks.wait(later, job.id + 1000, timeout=1)
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), -1, -0.5, float("-inf"), "5", None, True])
+def test_a_wait_timeout_that_is_not_a_number_of_seconds_is_refused(tasks, timeout):
+    # Issue 34 item 15: wait(timeout=nan) never returned (a NaN deadline is never
+    # reached). Refused before anything is read, sync and async alike.
+    @tasks.registry.task()
+    def later() -> int:
+        return 1
+
+    job = tasks.enqueue(later.options(delay=3600))
+    with pytest.raises(InvalidInput, match="timeout must be a number of seconds >= 0"):
+        tasks.wait(later, job.id, timeout=timeout)
 
 
 def test_wait_returns_once_a_worker_finishes_the_job(tasks):

@@ -48,6 +48,11 @@ def _nothing_to_suspend(connection: Connection) -> Iterator[None]:
     yield
 
 
+@contextmanager
+def _no_time_limit(connection: Connection, seconds: float) -> Iterator[None]:
+    yield
+
+
 def _no_hooks(engine: Engine, busy_timeout_ms: int) -> None:
     return None
 
@@ -290,6 +295,15 @@ class Backend:
     transaction, so a caller's ``session=`` transaction is lost and must run again
     (MySQL 1213; PostgreSQL deadlocks and serialization failures). A MySQL lock wait
     timeout (1205) undoes only the statement: not so."""
+    time_limited: Callable[[Connection, float], AbstractContextManager[None]] = _no_time_limit
+    """Around reads that must give up after ``seconds`` (an exact count of the jobs
+    list): the statements run inside it are cancelled by the database once they take
+    longer, raising an error :attr:`is_out_of_time` recognises. PostgreSQL: a
+    transaction-local ``statement_timeout``; MariaDB ``max_statement_time``, MySQL
+    ``max_execution_time`` (the session's, put back after); SQLite: a progress handler
+    that interrupts the statement past its deadline. The default sets no limit."""
+    is_out_of_time: Callable[[BaseException], bool] = _never_retry
+    """Whether an error is a statement cancelled by :attr:`time_limited`."""
     is_retryable: Callable[[BaseException], bool] = _never_retry
     """Whether an error means the transaction was a deadlock victim or timed out
     waiting for a lock, so that running the whole transaction again is safe (MySQL

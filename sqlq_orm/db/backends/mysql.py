@@ -168,6 +168,37 @@ def is_retryable(exc: BaseException) -> bool:
     return _error_number(exc) in RETRYABLE_ERRORS
 
 
+OUT_OF_TIME_ERRORS = frozenset({1969, 3024})
+"""MariaDB's ER_STATEMENT_TIMEOUT (``max_statement_time``), MySQL's
+ER_QUERY_TIMEOUT (``max_execution_time``)."""
+
+
+def _time_limit_variable(connection: Connection) -> tuple[str, float]:
+    """MariaDB's ``max_statement_time`` (seconds) or MySQL's ``max_execution_time``
+    (milliseconds, SELECTs only), and the factor from seconds."""
+    if connection.dialect.name == "mariadb" or getattr(connection.dialect, "is_mariadb", False):
+        return "max_statement_time", 1.0
+    return "max_execution_time", 1000.0
+
+
+@contextmanager
+def _time_limited(connection: Connection, seconds: float) -> Iterator[None]:
+    # A session variable: set for these statements, and put back after them.
+    name, per_second = _time_limit_variable(connection)
+    before = connection.exec_driver_sql(f"SELECT @@SESSION.{name}").scalar()
+    limit = max(0.001, seconds) if per_second == 1 else max(1, int(seconds * per_second))
+    connection.exec_driver_sql(f"SET SESSION {name} = {limit}")
+    try:
+        yield
+    finally:
+        connection.exec_driver_sql(f"SET SESSION {name} = {before}")
+
+
+def is_out_of_time(exc: BaseException) -> bool:
+    """Whether ``exc`` is a statement stopped by its time limit (1969, 3024)."""
+    return _error_number(exc) in OUT_OF_TIME_ERRORS
+
+
 ER_CONSTRAINT_FAILED = 4025
 
 WRITE_ISOLATION = "READ COMMITTED"
@@ -529,6 +560,8 @@ def _backend(name: str) -> Backend:
         is_duplicate_key=is_duplicate_key,
         is_retryable=is_retryable,
         rolls_back_transaction=is_deadlock,
+        time_limited=_time_limited,
+        is_out_of_time=is_out_of_time,
         concurrency_recheck=True,
         lock_concurrency_keys=_lock_concurrency_keys,
         install_hooks=install_hooks,

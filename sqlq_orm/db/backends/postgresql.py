@@ -7,6 +7,7 @@ with a transaction-scoped advisory lock.
 from __future__ import annotations
 
 import logging
+import math
 import select as selectors
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -86,6 +87,25 @@ def is_retryable(exc: BaseException) -> bool:
     orig = getattr(exc, "orig", exc)
     code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
     return code in RETRYABLE_SQLSTATES
+
+
+QUERY_CANCELED = "57014"
+"""query_canceled: what a statement past ``statement_timeout`` raises."""
+
+
+@contextmanager
+def _time_limited(connection: Connection, seconds: float) -> Iterator[None]:
+    # SET LOCAL: gone with the transaction (safe behind a transaction pooler). A
+    # cancelled statement aborts the transaction; the caller's read ends with it.
+    milliseconds = max(1, math.ceil(seconds * 1000))
+    connection.exec_driver_sql(f"SET LOCAL statement_timeout = {milliseconds}")
+    yield
+
+
+def is_out_of_time(exc: BaseException) -> bool:
+    """Whether ``exc`` is a statement cancelled by ``statement_timeout``."""
+    orig = getattr(exc, "orig", exc)
+    return (getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)) == QUERY_CANCELED
 
 
 def _lock_for_migration(connection: Connection) -> None:
@@ -289,6 +309,8 @@ BACKEND = Backend(
     lock_concurrency_keys=_lock_concurrency_keys,
     is_retryable=is_retryable,
     rolls_back_transaction=is_retryable,
+    time_limited=_time_limited,
+    is_out_of_time=is_out_of_time,
     rows_from_arrays=_rows_from_arrays,
     json_string=lambda text: cast(func.to_json(text), Text),
     json_column_types=frozenset({"JSONB"}),

@@ -396,6 +396,30 @@ def _file_bytes(connection: Connection) -> int:
     return int(pages) * int(size)
 
 
+PROGRESS_STEPS = 1000
+"""SQLite virtual-machine instructions between two looks at a time-limited read's clock."""
+
+
+@contextmanager
+def _time_limited(connection: Connection, seconds: float) -> Iterator[None]:
+    # SQLite has no statement timeout: a progress handler, called every
+    # PROGRESS_STEPS instructions, interrupts the statement once its deadline passed
+    # (sqlite3.OperationalError "interrupted").
+    deadline = time.monotonic() + max(0.0, seconds)
+    raw: Any = connection.connection.dbapi_connection
+    raw.set_progress_handler(lambda: time.monotonic() >= deadline, PROGRESS_STEPS)
+    try:
+        yield
+    finally:
+        raw.set_progress_handler(None, 0)
+
+
+def is_out_of_time(exc: BaseException) -> bool:
+    """Whether ``exc`` is a statement interrupted by :func:`_time_limited`."""
+    orig = getattr(exc, "orig", exc)
+    return isinstance(orig, sqlite3.OperationalError) and "interrupted" in str(orig)
+
+
 BACKEND = Backend(
     name="sqlite",
     table_bytes=_table_bytes,
@@ -426,4 +450,6 @@ BACKEND = Backend(
     descending_index_columns=_descending_index_columns,
     open_wake_listener=_open_wake_listener,
     prebuilt_as_driver_sql=True,
+    time_limited=_time_limited,
+    is_out_of_time=is_out_of_time,
 )

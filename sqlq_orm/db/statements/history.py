@@ -22,6 +22,7 @@ from sqlalchemy import (
     insert,
     literal,
     select,
+    update,
 )
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -63,6 +64,40 @@ class HistoryStatements(StatementGroup):
         (self.claim_events_of_batch,) = self.claim_history(batch, start=False)
         self.close_succeeded_attempts_of_batch, self.succeeded_events_of_batch = (
             self.success_history(batch)
+        )
+        self._build_granted_leases()
+
+    def _build_granted_leases(self) -> None:
+        """The lease length a claim's history records, set to the one granted.
+
+        A claim writes its history with the claim's own lease length; the jobs of types
+        with a lease of their own (a task's ``lease=``) then get theirs in the same
+        transaction (``set_leases``). These statements put the length granted into what
+        the history says, before the transaction commits: the open attempt rows that
+        stand for CLAIMED (``lease_seconds``), or the CLAIMED events just written.
+        """
+        a, e = self.tables.attempts.c, self.tables.events.c
+        self.granted_lease_of_open_attempts = (
+            update(self.tables.attempts)
+            .where(
+                a.job_id.in_(bindparam("p_ids", expanding=True)),
+                a.status == AttemptStatus.RUNNING.value,
+                a.after_event_id.is_not(None),
+            )
+            .values(lease_seconds=bindparam("p_lease_seconds", type_=Integer))
+        )
+        self.last_claimed_events = (
+            select(e.job_id, func.max(e.id))
+            .where(
+                e.job_id.in_(bindparam("p_ids", expanding=True)),
+                e.event == Event.CLAIMED.value,
+            )
+            .group_by(e.job_id)
+        )
+        self.granted_lease_of_claimed_event = (
+            update(self.tables.events)
+            .where(e.id == bindparam("p_event_id", type_=Integer))
+            .values(detail=bindparam("p_detail", type_=String))
         )
 
     def with_history(self, change: Any, history: Callable[[Any], list[Any]]) -> Any:
