@@ -100,7 +100,7 @@ async def _awaited(task: Task[Any, R], runner: TaskRunner, ctx: JobContext) -> R
         returned = await runner(ctx)
     except BaseException as exc:  # noqa: BLE001 - re-raised as the function raised it
         raise _as_raised(exc) from None
-    return _result(task, job_id, returned)
+    return _result(task, ctx.job_id, returned)
 
 
 def _prepared(
