@@ -161,3 +161,26 @@ def test_bulk_actions_select_by_arguments(queue):
 def test_args_contain_refuses_what_it_cannot_search_for(members, message):
     with pytest.raises(InvalidInput, match=message):
         JobFilter(args_contain=members)
+
+
+@pytest.mark.parametrize("action", ["discard_jobs", "cancel_jobs", "retry_jobs"])
+def test_args_contain_compares_integers_beyond_2_53_exactly(queue, action):
+    """Issue 34 item 1: MariaDB's JSON_CONTAINS compares numbers as doubles, so 2**53 + 1
+    also matched 2**53. Every database must tell neighbouring 64-bit integers apart."""
+    big = 2**53 + 1
+    neighbours = [2**53, 2**53 + 2, -(2**63), 2**63 - 1]
+    target = queue.enqueue("t", {"order": big}).id
+    others = [queue.enqueue("t", {"order": n}).id for n in neighbours]
+    as_float = queue.enqueue("t", {"order": float(2**53)}).id
+    if action == "retry_jobs":
+        queue.cancel_jobs(JobFilter(status=JobStatus.QUEUED.value))
+
+    assert _ids(queue, order=big) == [target]
+    assert _ids(queue, order=2**63 - 1) == [others[3]]
+    assert _ids(queue, order=-(2**63)) == [others[2]]
+    assert _ids(queue, order=2**53) == [as_float, others[0]]  # numbers as numbers
+    result = getattr(queue, action)(JobFilter(args_contain={"order": big}))
+
+    assert (result.matched, result.acted) == (1, 1)
+    untouched = JobStatus.CANCELLED.value if action == "retry_jobs" else JobStatus.QUEUED.value
+    assert [queue.get_job(n).status for n in others] == [untouched] * len(others)
