@@ -188,6 +188,5 @@ def _member_mysql(element: JsonHasMember, compiler: SQLCompiler, **kw: Any) -> s
             "ELSE 0 END"
         )
     return (
-        f"(JSON_TYPE(JSON_EXTRACT({column}, {path})) IN ({MEMBER_KINDS[kind][1]}) "
-        f"AND {contains})"
+        f"(JSON_TYPE(JSON_EXTRACT({column}, {path})) IN ({MEMBER_KINDS[kind][1]}) AND {contains})"
     )
