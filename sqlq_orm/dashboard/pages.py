@@ -127,8 +127,15 @@ def parse_arguments(
         members = json.loads(text)
     except ValueError:
         members = None
+    except RecursionError:  # "[" nested thousands deep: nothing a filter could match
+        raise InvalidInput(
+            f"{name} is nested too deeply; it must be a JSON object of plain values "
+            f"like {example}, got {validation.short(text)}"
+        ) from None
     if not isinstance(members, dict):
-        raise InvalidInput(f"{name} must be a JSON object like {example}, got {text!r}")
+        raise InvalidInput(
+            f"{name} must be a JSON object like {example}, got {validation.short(text)}"
+        )
     return members
 
 
