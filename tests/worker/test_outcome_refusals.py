@@ -163,3 +163,25 @@ def test_a_result_nested_too_deep_fails_its_own_job_and_no_other(queue):
     assert (row.status, row.error_code) == ("FAILED", outcomes.INVALID_RESULT)
     assert "nested 40 levels deep" in row.error_detail and "at most 31" in row.error_detail
     assert_peers_kept_their_outcomes(queue, final, done, runs)
+
+
+def test_a_result_the_database_itself_refuses_fails_its_job_and_is_not_retried_forever(
+    queue, monkeypatch
+):
+    # The library's depth check taken away: MariaDB's own JSON CHECK (4025) refuses the
+    # result, an error that would come back every time. The completer used to retry it
+    # forever (later outcomes never recorded, SIGTERM ignored); now that job fails
+    # alone with INTERNAL:OUTCOME_REFUSED. The other databases store the result.
+    monkeypatch.setattr("sqlq_orm.core.validation.require_json_depth", lambda *_: None)
+    registry, runs = batch_with_one_bad(lambda: JobResult(nested(40)))
+    final, done, bad = enqueue_batch(queue)
+
+    run_together(queue, registry)
+
+    row = job_row(queue, bad)
+    if queue.dialect.name == "mysql":
+        assert (row.status, row.error_code) == ("FAILED", outcomes.OUTCOME_REFUSED)
+        assert "recording its success failed: IntegrityError" in row.error_detail
+    else:
+        assert row.status == "SUCCEEDED"
+    assert_peers_kept_their_outcomes(queue, final, done, runs)
