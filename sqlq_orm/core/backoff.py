@@ -47,6 +47,13 @@ def _checked_seconds(value: object, what: str) -> float:
     return float(value)
 
 
+def checked_retry_in(value: object, what: str = "retry_in") -> float:
+    """``value`` (a ``JobError(retry_in=...)``, or what a backoff returned) as seconds in
+    ``[0, MAX_BACKOFF_SECONDS]``; :class:`~sqlq_orm.errors.InvalidInput` naming ``what``
+    and the value otherwise (negative, NaN, infinite, too large, not a number)."""
+    return _checked_seconds(value, what)
+
+
 def whole_delay(seconds: float) -> int:
     """A delay in whole seconds, never below 1 (a retried job is never claimable in the
     second it failed)."""

@@ -36,13 +36,22 @@ MAX_JOB_ID = 2**63 - 1
 """The largest id a job can have: ids are signed 64-bit integers on every database, and
 the first is 1."""
 
+MAX_JSON_DEPTH = 31
+"""How deeply arrays and objects may nest in a payload or a result (``[[1]]`` is 2):
+MariaDB's JSON check refuses 32 levels, so every database gets that database's limit,
+checked by the library before anything is written."""
+
 MAX_EPOCH_SECONDS = 253_402_300_799
 """9999-12-31T23:59:59Z: a run_at beyond this is a mistake, not a schedule."""
 
 
 def short(value: object) -> str:
-    """``repr(value)``, cut to 80 characters, for error messages."""
-    text = repr(value)
+    """``repr(value)``, cut to 80 characters, for error messages (a value too deep to
+    repr is named by its type)."""
+    try:
+        text = repr(value)
+    except RecursionError:
+        return f"a {type(value).__name__} nested too deeply to show"
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -57,14 +66,14 @@ def require_name(argument: str, value: object, max_length: int) -> str:
         raise InvalidInput(
             f"{argument} is {len(value)} characters; the limit is {max_length}: {_short(value)}"
         )
-    _require_encodable(argument, value)
+    require_encodable(argument, value)
     if "\x00" in value:
         # PostgreSQL text cannot hold NUL; refuse it on every database alike.
         raise InvalidInput(f"{argument} must not contain NUL characters, got {_short(value)}")
     return value
 
 
-def _require_encodable(argument: str, text: str) -> None:
+def require_encodable(argument: str, text: str) -> None:
     """Refuse text that UTF-8 cannot carry (a lone surrogate such as ``"\\ud800"``)."""
     try:
         text.encode("utf-8")
@@ -209,17 +218,52 @@ def encode_json(argument: str, value: object, max_bytes: int, too_big: str) -> s
         ) from None
     except RecursionError:
         raise InvalidInput(
-            f"{argument} is nested too deeply to serialise (Python's recursion limit is "
-            f"{sys.getrecursionlimit()}); flatten it"
+            f"{argument} is nested too deeply to serialise: arrays and objects may nest "
+            f"at most {MAX_JSON_DEPTH} levels deep; flatten it"
         ) from None
+    require_json_depth(argument, text)
     _require_string_keys(value, argument)
-    _require_encodable(argument, text)
+    require_encodable(argument, text)
     size = len(text.encode("utf-8"))
     if size > max_bytes:
         raise InvalidInput(
             f"{argument} is {size} bytes of JSON; the limit is {max_bytes}. {too_big}"
         )
     return text
+
+
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NOT_A_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+def json_depth(text: str) -> int:
+    """How deeply arrays and objects nest in the JSON ``text`` (a scalar: 0, ``[]``: 1,
+    ``[{"a": 1}]``: 2). Reads the text, never recursing, whatever its depth."""
+    if "[" not in text and "{" not in text:
+        return 0
+    brackets = _NOT_A_BRACKET.sub("", _JSON_STRING.sub("", text))
+    depth = deepest = 0
+    for char in brackets:
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
+def require_json_depth(argument: str, text: str) -> None:
+    """InvalidInput unless arrays and objects nest at most :data:`MAX_JSON_DEPTH` levels
+    in the JSON ``text`` of ``argument``: the same limit on every database."""
+    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
+        return  # cannot nest deeper than it has brackets (the common case)
+    depth = json_depth(text)
+    if depth > MAX_JSON_DEPTH:
+        raise InvalidInput(
+            f"{argument} is nested {depth} levels deep; arrays and objects may nest at most "
+            f"{MAX_JSON_DEPTH} levels (MariaDB's JSON limit, kept on every database). "
+            "Flatten it, or store it elsewhere and pass its location"
+        )
 
 
 _NUL_ESCAPE = re.compile(r"(?:^|[^\\])(?:\\\\)*\\u0000")

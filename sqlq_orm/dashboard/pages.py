@@ -17,6 +17,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
+from sqlq_orm.core import validation
 from sqlq_orm.core.validation import MAX_JOB_ID
 from sqlq_orm.dashboard.cache import SharedAnswer
 from sqlq_orm.dashboard.charts import Series, stacked_bars
@@ -128,8 +129,15 @@ def parse_arguments(
         members = json.loads(text)
     except ValueError:
         members = None
+    except RecursionError:  # "[" nested thousands deep: nothing a filter could match
+        raise InvalidInput(
+            f"{name} is nested too deeply; it must be a JSON object of plain values "
+            f"like {example}, got {validation.short(text)}"
+        ) from None
     if not isinstance(members, dict):
-        raise InvalidInput(f"{name} must be a JSON object like {example}, got {text!r}")
+        raise InvalidInput(
+            f"{name} must be a JSON object like {example}, got {validation.short(text)}"
+        )
     return members
 
 

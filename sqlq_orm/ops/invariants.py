@@ -22,7 +22,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from sqlq_orm.db.context import HasContext, QueueContext, context_of
 from sqlq_orm.errors import InvalidInput
-from sqlq_orm.ops import dependency_order, timeline_order
+from sqlq_orm.ops import dedupe_holds, dependency_order, timeline_order
 from sqlq_orm.ops.stand_ins import event_names
 from sqlq_orm.schema.states import (
     ACTIVE,
@@ -94,6 +94,7 @@ INVARIANTS: dict[str, str] = {
     ),
     **dependency_order.INVARIANTS,
     **timeline_order.INVARIANTS,
+    **dedupe_holds.INVARIANTS,
 }
 """Every invariant the checker knows, by name, with what it requires."""
 
@@ -157,6 +158,8 @@ def check(target: QueueContext | HasContext | Engine) -> list[Violation]:
                 *dependency_order.count_problems(connection, tables.jobs, tables.dependencies),
             ]
             violations.extend(Violation(*problem) for problem in found)
+        held = dedupe_holds.hold_problems(connection, tables.jobs)
+        violations.extend(Violation(*problem) for problem in held)
         violations.extend(_foreign_key_problems(context, connection))
     violations.sort(key=lambda v: (v.job_id is None, v.job_id or 0, v.invariant))
     return violations

@@ -191,7 +191,9 @@ def _require_members(members: object) -> None:
                 "characters without quotes, backslashes or control characters; got "
                 f"{validation.short(key)}"
             )
+        validation.require_encodable("args_contain key", key)
         if isinstance(value, str):
+            validation.require_encodable(f"args_contain[{key!r}]", value)
             if "\x00" in value:
                 raise InvalidInput(
                     f"args_contain[{key!r}] must not contain NUL, got {validation.short(value)}"

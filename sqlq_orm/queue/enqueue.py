@@ -223,12 +223,20 @@ class Enqueueing(Dependencies):
         if app_columns:
             statement = statement.values(dict(app_columns))
         job_id = self.sql.insert_unless_duplicate(connection, statement, params)
-        if job_id is not None:
-            return int(job_id), True
-        existing, job_id = self._active_duplicate_or_insert(connection, statement, params)
-        if existing is not None:
-            return existing, False
-        return job_id, True
+        if job_id is None:
+            existing, job_id = self._active_duplicate_or_insert(connection, statement, params)
+            if existing is not None:
+                return existing, False
+        if params["p_dedupe_key"] is not None:
+            held = self._held_duplicate(connection, params)
+            if held is not None:
+                # The insert waited for the key's unfinished holder, which then
+                # finished, keeping the key for its period, and left the unique
+                # index, so the insert went in. Under READ COMMITTED this new
+                # statement sees that finish: the row goes again, the holder answers.
+                connection.execute(self.sql.delete_new_job, {"p_job_id": int(job_id)})
+                return held, False
+        return int(job_id), True
 
     def _enqueued_event(self, job_id: int, params: Mapping[str, Any]) -> dict[str, Any]:
         detail = {"queue": params["p_queue"], "type": params["p_type"]}

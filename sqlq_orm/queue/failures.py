@@ -7,10 +7,9 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from sqlq_orm.core.backoff import MAX_BACKOFF_SECONDS, whole_delay
+from sqlq_orm.core.backoff import checked_retry_in, whole_delay
 from sqlq_orm.core.lease import Lease
 from sqlq_orm.core.timing import not_before
-from sqlq_orm.errors import InvalidInput
 from sqlq_orm.queue.core import DeferredWrites
 from sqlq_orm.queue.dependencies import Dependencies
 from sqlq_orm.schema.states import AttemptStatus, Event, JobStatus
@@ -21,13 +20,7 @@ def retry_delay(retry_in: object) -> int | None:
     the database's now, never early and never below 1; None stays None."""
     if retry_in is None:
         return None
-    if isinstance(retry_in, bool) or not isinstance(retry_in, (int, float)):
-        raise InvalidInput(f"retry_in must be a number of seconds, got {retry_in!r}")
-    if not 0 <= retry_in <= MAX_BACKOFF_SECONDS:  # also refuses NaN and infinity
-        raise InvalidInput(
-            f"retry_in must be between 0 and {MAX_BACKOFF_SECONDS} seconds, got {retry_in!r}"
-        )
-    return whole_delay(not_before(retry_in))
+    return whole_delay(not_before(checked_retry_in(retry_in)))
 
 
 @dataclass(frozen=True)

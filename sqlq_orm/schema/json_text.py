@@ -125,10 +125,12 @@ class JsonHasMember(FunctionElement[bool]):
     scalar: ``JsonHasMember(column, key, as_json, value, kind)``, all but ``kind``
     bound parameters (``as_json``: ``{"key": value}`` as JSON text; ``kind``: one of
     :data:`MEMBER_KINDS`, a literal). Equal means the same JSON type and value,
-    numbers compared as numbers (``1`` matches ``1.0``); a key holding an array or an
-    object never matches a scalar. PostgreSQL: ``payload @> '{"key": value}'``, which
-    a GIN index on the column serves; MariaDB/MySQL: ``JSON_CONTAINS`` at the key's
-    path plus its ``JSON_TYPE``; SQLite: a lookup in ``json_each(payload)``.
+    numbers compared as numbers (``1`` matches ``1.0``), exactly for every 64-bit
+    integer; a key holding an array or an object never matches a scalar. PostgreSQL:
+    ``payload @> '{"key": value}'``, which a GIN index on the column serves;
+    MariaDB/MySQL: ``JSON_CONTAINS`` at the key's path plus its ``JSON_TYPE``, and for
+    a number its text compared as a ``DECIMAL`` (``JSON_CONTAINS`` alone compares
+    doubles); SQLite: a lookup in ``json_each(payload)``.
     """
 
     name = "sqlq_json_has_member"
@@ -170,11 +172,21 @@ def _member_postgresql(element: JsonHasMember, compiler: SQLCompiler, **kw: Any)
 @compiles(JsonHasMember, "mysql")
 @compiles(JsonHasMember, "mariadb")
 def _member_mysql(element: JsonHasMember, compiler: SQLCompiler, **kw: Any) -> str:
-    column, key, as_json, _, kind = _member_parts(element, compiler, **kw)
+    column, key, as_json, value, kind = _member_parts(element, compiler, **kw)
     # The key is a bound value inside a quoted path member ($."key"); the filter refuses
     # keys holding a quote or a backslash, which that quoting cannot carry.
     path = f"CONCAT('$.\"', {key}, '\"')"
+    contains = f"JSON_CONTAINS({column}, JSON_EXTRACT({as_json}, {path}), {path})"
+    if kind == "number":
+        # JSON_CONTAINS compares numbers as doubles: 2**53 + 1 would equal 2**53. The
+        # member's JSON text read as a DECIMAL compares exactly with the bound integer;
+        # only members already equal as doubles are cast (CASE keeps the order), so no
+        # far-off number is ever truncated into the comparison (issue 34 item 1).
+        contains = (
+            f"CASE WHEN {contains} THEN "
+            f"CAST(JSON_EXTRACT({column}, {path}) AS DECIMAL(65, 30)) = {value} "
+            "ELSE 0 END"
+        )
     return (
-        f"(JSON_TYPE(JSON_EXTRACT({column}, {path})) IN ({MEMBER_KINDS[kind][1]}) "
-        f"AND JSON_CONTAINS({column}, JSON_EXTRACT({as_json}, {path}), {path}))"
+        f"(JSON_TYPE(JSON_EXTRACT({column}, {path})) IN ({MEMBER_KINDS[kind][1]}) AND {contains})"
     )

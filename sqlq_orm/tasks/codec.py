@@ -23,6 +23,8 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, Union
 
+from sqlq_orm.core.validation import MAX_JSON_DEPTH
+
 Convert = Callable[[Any], Any]
 
 
@@ -214,8 +216,11 @@ def json_problem(value: Any) -> str | None:
 
 
 def _container_problem(value: Any, path: str, depth: int) -> str | None:
-    if depth > 200:
-        return f"it is nested more than 200 levels deep{_at(path)}"
+    if depth >= MAX_JSON_DEPTH:
+        return (
+            f"it is nested more than {MAX_JSON_DEPTH} levels deep{_at(path)} (the limit "
+            "of arrays and objects in a payload, on every database)"
+        )
     if isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
             if type(item) in _JSON_SCALARS:

@@ -15,11 +15,11 @@ import logging
 import re
 from dataclasses import dataclass
 
-from sqlq_orm.core.backoff import MAX_BACKOFF_SECONDS, Backoff
+from sqlq_orm.core.backoff import MAX_BACKOFF_SECONDS, Backoff, checked_retry_in
 from sqlq_orm.core.error_codes import summarize_detail
 from sqlq_orm.errors import InvalidInput, JobError, Snooze
 from sqlq_orm.schema.mixins import ERROR_CODE_MAX
-from sqlq_orm.worker.outcomes import NETWORK_UNHANDLED, TIMEOUT_UNHANDLED
+from sqlq_orm.worker.outcomes import INVALID_BACKOFF, NETWORK_UNHANDLED, TIMEOUT_UNHANDLED
 
 log = logging.getLogger("sqlq_orm.tasks")
 
@@ -77,35 +77,46 @@ class FailurePolicy:
         if isinstance(exc, JobError):
             if self.backoff is None or exc.retry_in is not None or not exc.retryable:
                 return exc
-            return JobError(
-                exc.code,
-                exc.detail,
-                retryable=True,
-                retry_in=self.delay(task_name, retry_number),
-            )
+            return self._with_backoff(exc.code, exc.detail, task_name, retry_number)
         if isinstance(exc, (TimeoutError, ConnectionError)) and self.retryable(exc):
             if self.backoff is None:
                 return exc  # the worker's own TIMEOUT/NETWORK codes and backoff
             code = TIMEOUT_UNHANDLED if isinstance(exc, TimeoutError) else NETWORK_UNHANDLED
             log.error("task %s raised %s", task_name, type(exc).__name__, exc_info=exc)
-            return JobError(code, summary_of(exc), retry_in=self.delay(task_name, retry_number))
+            return self._with_backoff(code, summary_of(exc), task_name, retry_number)
         log.error("task %s raised %s", task_name, type(exc).__name__, exc_info=exc)
-        retryable = self.retryable(exc)
-        return JobError(
-            error_code_of(exc),
-            summary_of(exc),
-            retryable=retryable,
-            retry_in=self.delay(task_name, retry_number) if retryable else None,
-        )
+        if not self.retryable(exc):
+            return JobError(error_code_of(exc), summary_of(exc), retryable=False)
+        return self._with_backoff(error_code_of(exc), summary_of(exc), task_name, retry_number)
+
+    def _with_backoff(self, code: str, detail: str, task_name: str, retry_number: int) -> JobError:
+        """A retryable ``JobError(code, detail)`` waiting the task's backoff; when the
+        backoff gives a wait that is not seconds in range, ``INTERNAL:INVALID_BACKOFF``
+        instead (not retried), naming the value and the run's own failure."""
+        try:
+            retry_in = self.delay(task_name, retry_number)
+        except InvalidInput as bad:
+            return JobError(
+                INVALID_BACKOFF,
+                summarize_detail(f"{bad}; the run failed with {code}: {detail}") or "",
+                retryable=False,
+            )
+        return JobError(code, detail, retryable=True, retry_in=retry_in)
 
     def delay(self, task_name: str, retry_number: int) -> float | None:
         """The task's backoff for ``retry_number``; None (the queue's policy) without
-        one, or when the task's backoff function fails (logged: a bad backoff must not
-        turn a retry into a crash)."""
+        one, or when the task's backoff function raises (logged: a bad backoff must not
+        turn a retry into a crash). A wait the backoff gives that is not seconds in
+        ``[0, MAX_BACKOFF_SECONDS]`` (NaN, negative, not a number) raises
+        :class:`~sqlq_orm.errors.InvalidInput` naming it; an infinite or larger one is
+        cut to ``MAX_BACKOFF_SECONDS``."""
         if self.backoff is None:
             return None
+        what = f"task {task_name}: its backoff for retry {retry_number}"
         try:
-            return min(self.backoff.delay_seconds(retry_number), MAX_BACKOFF_SECONDS)
+            seconds: object = self.backoff.delay_seconds(retry_number)
+        except InvalidInput as bad:  # a FunctionBackoff's own check of its value
+            raise InvalidInput(f"{what}: {bad}") from None
         except Exception:
             log.exception(
                 "task %s: its backoff failed for retry %d; using the queue's retry policy",
@@ -113,6 +124,9 @@ class FailurePolicy:
                 retry_number,
             )
             return None
+        if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and seconds > 0:
+            seconds = min(seconds, MAX_BACKOFF_SECONDS)  # inf too; NaN fails the check
+        return checked_retry_in(seconds, what)
 
 
 def summary_of(exc: BaseException) -> str:

@@ -328,7 +328,13 @@ class TaskRegistry(HandlerRegistry):
         back (its lease expired, or it ran past its max runtime); None for a job type
         without one (the queue's retry policy)."""
         failures = self._failures.get(job_type)
-        return None if failures is None else failures.delay(job_type, retry_number)
+        if failures is None:
+            return None
+        try:
+            return failures.delay(job_type, retry_number)
+        except InvalidInput:  # the sweeper has no run to fail: the queue's policy
+            log.exception("a swept job's retry waits the queue's retry policy instead")
+            return None
 
     def get_task(self, name: str) -> Task[Any, Any] | None:
         """The task of type ``name``, or None."""

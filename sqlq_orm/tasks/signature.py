@@ -20,6 +20,7 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from sqlq_orm.core import validation
 from sqlq_orm.errors import InvalidInput
 from sqlq_orm.tasks.codec import Converter, converter_for, json_problem
 from sqlq_orm.tasks.conformity import type_problem
@@ -260,5 +261,4 @@ class TaskSignature:
 
 
 def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return validation.short(value)

@@ -6,7 +6,10 @@ one :meth:`~sqlq_orm.Queue.succeed_many`, all failures (retried or final) with o
 :meth:`~sqlq_orm.Queue.fail_many`, each job still fenced by its own lease. While one
 batch commits the next one gathers, so under load many jobs share a commit and a
 lone job waits for nobody. A job whose lease turned out lost is reported on its own
-(its outcome discarded); the rest of its batch is recorded.
+(its outcome discarded); the rest of its batch is recorded. A group write that fails
+for a reason that would come back (a value the database refuses) is done again job by
+job, and a lone refused outcome fails its job with ``INTERNAL:OUTCOME_REFUSED``: one
+job's bad value never costs another its outcome, and is never tried forever.
 
 A run keeps its slot (and its lease keeps being renewed) until its outcome is
 recorded. If the database is away, the batch is tried again every ``retry_pause``
@@ -21,14 +24,15 @@ import threading
 import time
 from collections.abc import Callable
 
-from sqlalchemy.exc import SQLAlchemyError
-
+from sqlq_orm.core.error_codes import summarize_detail
+from sqlq_orm.db.transient import is_transient
 from sqlq_orm.errors import InvalidInput, LeaseLost
 from sqlq_orm.queue.queue import Queue
 from sqlq_orm.queue.types import JobFailure
 from sqlq_orm.worker.outcomes import (
     INVALID_RESULT,
     INVALID_SNOOZE,
+    OUTCOME_REFUSED,
     PLAIN_SUCCESS,
     Outcome,
     one_line,
@@ -134,13 +138,17 @@ class Completer:
     def _until_recorded(
         self, pending: list[Pending], record: Callable[[list[Pending]], None]
     ) -> None:
-        """``record(pending)``, again while the database is away and leases are held."""
+        """``record(pending)``, again while the database is away and leases are held;
+        after an error that would only come back (:func:`is_transient`), job by job."""
         while pending:
             try:
                 record(pending)
                 self._maybe_written.difference_update(run.lease.job_id for run, _ in pending)
                 return
-            except SQLAlchemyError as exc:
+            except Exception as exc:  # noqa: BLE001 - a refusal must not cost the batch
+                if not is_transient(exc):
+                    self._after_refusal(pending, record, exc)
+                    return
                 log.warning(
                     "could not record %d outcome(s) (%s); retrying",
                     len(pending),
@@ -159,6 +167,36 @@ class Completer:
             pending = still_held
             if pending:
                 time.sleep(self._retry_pause)
+
+    def _after_refusal(
+        self, pending: list[Pending], record: Callable[[list[Pending]], None], exc: Exception
+    ) -> None:
+        """A group write failed for a reason that would come back: record each outcome
+        on its own (one job's bad value never costs another its outcome). A lone outcome
+        the database refuses fails its job with ``INTERNAL:OUTCOME_REFUSED`` instead; if
+        even that is refused, it is discarded (the sweeper takes the job back)."""
+        reason = f"{type(exc).__name__}: {one_line(str(exc))}"
+        if len(pending) > 1:
+            log.warning(
+                "recording %d outcome(s) together failed (%s); recording them one by one",
+                len(pending),
+                reason,
+            )
+            for one in pending:
+                self._until_recorded([one], record)
+            return
+        [(run, outcome)] = pending
+        if outcome.error_code == OUTCOME_REFUSED:
+            log.error("%s: even its failure could not be recorded (%s)", run.describe(), reason)
+            self._discard(run, "its outcome could not be recorded")
+            return
+        log.error("%s: its outcome was refused (%s); failing it", run.describe(), reason)
+        refused = Outcome(
+            OUTCOME_REFUSED,
+            summarize_detail(f"recording {_described(outcome)} failed: {reason}"),
+            retryable=False,
+        )
+        self._until_recorded([(run, refused)], self._record_failures)
 
     def _record_successes(self, pending: list[Pending]) -> None:
         lost = {lease.job_id for lease in self._queue.succeed_many([r.lease for r, _ in pending])}
@@ -248,6 +286,15 @@ class Completer:
             )
         log.warning("%s: outcome discarded (%s)", run.describe(), reason)
         self._runs.finished(run)
+
+
+def _described(outcome: Outcome) -> str:
+    """What the refused outcome was, for the detail of the failure that replaces it."""
+    if outcome.snoozed:
+        return "its snooze"
+    if outcome.succeeded:
+        return "its success"
+    return f"its failure {outcome.error_code}"
 
 
 def _has_result(outcome: Outcome) -> bool:

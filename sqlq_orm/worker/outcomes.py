@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlq_orm.core import error_codes
+from sqlq_orm.core.backoff import checked_retry_in
 from sqlq_orm.errors import InvalidInput, JobError, Snooze
 
 TIMEOUT_UNHANDLED = "TIMEOUT:UNHANDLED"
@@ -20,6 +21,14 @@ INVALID_ERROR_CODE = "INTERNAL:INVALID_ERROR_CODE"
 """A handler raised ``JobError`` with a code that is not ``CATEGORY:SUBCATEGORY``."""
 INVALID_SNOOZE = "INTERNAL:INVALID_SNOOZE"
 """A handler raised ``Snooze`` with a delay the queue refused."""
+INVALID_RETRY_IN = "INTERNAL:INVALID_RETRY_IN"
+"""A handler raised ``JobError`` with a ``retry_in`` that is not a number of seconds in
+``[0, MAX_BACKOFF_SECONDS]`` (negative, NaN, infinite, too large, not a number)."""
+INVALID_BACKOFF = "INTERNAL:INVALID_BACKOFF"
+"""A task's ``backoff=`` gave a wait that is not a number of seconds in range."""
+OUTCOME_REFUSED = "INTERNAL:OUTCOME_REFUSED"
+"""The database refused to record the job's own outcome (it is named in the detail);
+the job ends FAILED with this code instead, so its batch's other outcomes are kept."""
 INVALID_RESULT = "INTERNAL:INVALID_RESULT"
 """A handler returned a ``result_ref`` or a result the queue refused (too long, too
 big, not JSON)."""
@@ -80,6 +89,18 @@ def outcome_of_exception(exc: BaseException) -> Outcome:
                 f"handler raised JobError with invalid code {exc.code!r}: {exc.detail}",
                 retryable=False,
             )
+        if exc.retry_in is not None:
+            try:
+                checked_retry_in(exc.retry_in)
+            except InvalidInput as bad:
+                # Checked here, where the value is produced: a bad one fails this job
+                # alone, instead of the completer's batch write that carries it.
+                return Outcome(
+                    INVALID_RETRY_IN,
+                    f"handler raised JobError({code}) with an invalid {bad}"
+                    + (f"; its detail: {exc.detail}" if exc.detail else ""),
+                    retryable=False,
+                )
         return Outcome(code, exc.detail or None, retryable=exc.retryable, retry_in=exc.retry_in)
     summary = f"{type(exc).__name__}: {one_line(str(exc))}".rstrip(": ")
     if isinstance(exc, TimeoutError):

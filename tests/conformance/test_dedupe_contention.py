@@ -99,3 +99,61 @@ def _attempt(queue, key: str, session: Session) -> object:
     except TransactionRolledBack as exc:
         session.rollback()  # let the other transaction go on
         return exc
+
+
+PERIOD_ROUNDS = 30
+PRODUCERS = 3
+
+
+def test_a_key_held_for_a_period_admits_no_new_job_while_producers_race_the_finish(queue):
+    """Issue 34 item 3: on PostgreSQL and MariaDB an enqueue's insert waited for the
+    holder's finish to commit, then went in, although the finished job kept the key for
+    its period (69 of 487 jobs on PostgreSQL). Producers hammer one key per round while
+    a worker thread claims and finishes its job: each key must name one job only."""
+    go = threading.Barrier(PRODUCERS + 1)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    created: dict[str, list[int]] = {}
+    lock = threading.Lock()
+
+    def produce(key: str) -> None:
+        while not stop.is_set():
+            job = queue.enqueue("t", dedupe_key=key, dedupe_period=3600)
+            if job.created:
+                with lock:
+                    created.setdefault(key, []).append(job.id)
+
+    def producer() -> None:
+        for round_number in range(PERIOD_ROUNDS):
+            go.wait()
+            try:
+                produce(f"held-{round_number}")
+            except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+                errors.append(exc)
+            go.wait()
+
+    threads = [threading.Thread(target=producer, daemon=True) for _ in range(PRODUCERS)]
+    for thread in threads:
+        thread.start()
+    for round_number in range(PERIOD_ROUNDS):
+        key = f"held-{round_number}"
+        first = queue.enqueue("t", dedupe_key=key, dedupe_period=3600)
+        created[key] = [first.id]
+        stop.clear()
+        go.wait()  # the producers start hammering the key
+        (lease,) = queue.claim("finisher", start=True)
+        if round_number % 2:
+            queue.succeed(lease)
+        else:
+            queue.fail(lease, "APP:BROKEN", retryable=False)
+        for _ in range(3):  # a few enqueues after the finish, then the next round
+            queue.enqueue("t", dedupe_key=key, dedupe_period=3600)
+        stop.set()
+        go.wait()
+    for thread in threads:
+        thread.join(60)
+
+    assert errors == []
+    duplicated = {key: ids for key, ids in created.items() if len(ids) > 1}
+    assert duplicated == {}, f"{len(duplicated)} of {PERIOD_ROUNDS} keys got a second job"
+    assert queue.counts_by_status().get("QUEUED", 0) == 0

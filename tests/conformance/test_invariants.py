@@ -490,6 +490,34 @@ def test_a_concurrency_key_held_beyond_its_limit_is_reported(engine, queue):
     assert found[0].detail == "concurrency_key='tenant:1', held=3, limit=2"
 
 
+def test_a_job_created_inside_its_keys_dedupe_period_is_reported(engine, queue, clock):
+    # Issue 34 item 17: the race of item 3 left such rows, and the checker missed them.
+    held = queue.enqueue("t", dedupe_key="order-7", dedupe_period=60).id
+    (lease,) = queue.claim("worker-a", start=True)
+    queue.succeed(lease)
+    assert queue.enqueue("t", dedupe_key="order-7").id == held  # the period holds
+    clock.advance(60)
+    after = queue.enqueue("t", dedupe_key="order-7").id  # the period is over
+    cancelled = queue.enqueue("t", dedupe_key="cancel-me", dedupe_period=60).id
+    queue.cancel(cancelled)
+    queue.enqueue("t", dedupe_key="cancel-me")  # a CANCELLED job released its key
+    assert check(queue) == []
+    corrupt(
+        engine,
+        "UPDATE sqlq_jobs SET created_at = created_at - 1 WHERE id = :id",  # 59 s after
+        id=after,
+    )
+
+    found = [v for v in check(queue) if v.invariant == "dedupe_key_held_for_its_period"]
+    assert [(v.job_id, v.detail) for v in found] == [
+        (
+            after,
+            f"created at {clock.now() - 1} with dedupe_key='order-7', 59s after job {held} "
+            f"finished at {clock.now() - 60}, which holds the key for 60s",
+        )
+    ]
+
+
 # ------------------------------------------------------------------ dependencies
 
 
@@ -617,6 +645,7 @@ def test_every_invariant_has_a_test_that_breaks_it():
         "dependent_started_after_parents_settled",
         "waiting_count_matches_parents",
         "timeline_follows_event_ids",
+        "dedupe_key_held_for_its_period",
     }
     assert tested == set(INVARIANTS)
 

@@ -13,6 +13,7 @@ import json
 import pytest
 
 from sqlq_orm import InvalidInput, JobStatus
+from sqlq_orm.core.validation import MAX_JSON_DEPTH
 from sqlq_orm.ops.joblist import JobFilter, list_jobs, matching_ids
 
 PAYLOADS = [
@@ -179,3 +180,78 @@ def test_bulk_actions_select_by_arguments(queue):
 def test_args_contain_refuses_what_it_cannot_search_for(members, message):
     with pytest.raises(InvalidInput, match=message):
         JobFilter(args_contain=members)
+
+
+@pytest.mark.parametrize("action", ["discard_jobs", "cancel_jobs", "retry_jobs"])
+def test_args_contain_compares_integers_beyond_2_53_exactly(queue, action):
+    """Issue 34 item 1: MariaDB's JSON_CONTAINS compares numbers as doubles, so 2**53 + 1
+    also matched 2**53. Every database must tell neighbouring 64-bit integers apart."""
+    big = 2**53 + 1
+    neighbours = [2**53, 2**53 + 2, -(2**63), 2**63 - 1]
+    target = queue.enqueue("t", {"order": big}).id
+    others = [queue.enqueue("t", {"order": n}).id for n in neighbours]
+    as_float = queue.enqueue("t", {"order": float(2**53)}).id
+    if action == "retry_jobs":
+        queue.cancel_jobs(JobFilter(status=JobStatus.QUEUED.value))
+
+    assert _ids(queue, order=big) == [target]
+    assert _ids(queue, order=2**63 - 1) == [others[3]]
+    assert _ids(queue, order=-(2**63)) == [others[2]]
+    assert _ids(queue, order=2**53) == [as_float, others[0]]  # numbers as numbers
+    result = getattr(queue, action)(JobFilter(args_contain={"order": big}))
+
+    assert (result.matched, result.acted) == (1, 1)
+    untouched = JobStatus.CANCELLED.value if action == "retry_jobs" else JobStatus.QUEUED.value
+    assert [queue.get_job(n).status for n in others] == [untouched] * len(others)
+
+
+# ------------------------------------------------------------------ the depth limit
+
+
+def _nested(depth: int, leaf: object = 1) -> object:
+    """Arrays and objects, alternating, ``depth`` levels deep around ``leaf``."""
+    value = leaf
+    for level in range(depth):
+        value = [value] if level % 2 else {"k": value}
+    return value
+
+
+def test_payloads_and_results_nest_to_the_same_limit_on_every_database(queue):
+    """Issue 34 item 4: MariaDB refused 32 levels with a raw IntegrityError; the library
+    now keeps one limit, MAX_JSON_DEPTH, on every database, and says so."""
+    deepest = _nested(MAX_JSON_DEPTH)
+    job = queue.enqueue("t", deepest)
+    many = queue.enqueue_many([{"type": "t", "payload": deepest}])
+    assert queue.get_job(job.id).payload is not None and len(many) == 1
+
+    for too_deep in (_nested(MAX_JSON_DEPTH + 1), _nested(5000)):
+        with pytest.raises(InvalidInput, match=f"at most {MAX_JSON_DEPTH} levels"):
+            queue.enqueue("t", too_deep)
+        with pytest.raises(InvalidInput, match=f"at most {MAX_JSON_DEPTH} levels"):
+            queue.enqueue_many([{"type": "t", "payload": too_deep}])
+    assert sum(queue.counts_by_status().values()) == 2  # nothing written
+
+    (lease, _) = queue.claim("w", limit=2, start=True)
+    with pytest.raises(InvalidInput, match=f"result is nested {MAX_JSON_DEPTH + 1} levels"):
+        queue.succeed(lease, result=_nested(MAX_JSON_DEPTH + 1))
+    queue.succeed(lease, result=deepest)
+    assert json.loads(queue.get_job(lease.job_id).result) == deepest
+
+
+def test_brackets_inside_strings_do_not_count_toward_the_depth(queue):
+    job = queue.enqueue("t", {"text": "[" * 100 + '"{' * 50, "ok": _nested(MAX_JSON_DEPTH - 1)})
+
+    assert queue.get_job(job.id).status == JobStatus.QUEUED.value
+
+
+@pytest.mark.parametrize(
+    ("members", "message"),
+    [
+        ({"t": "\ud800"}, r"args_contain\['t'\] is not valid Unicode"),
+        ({"\ud800": 1}, "args_contain key is not valid Unicode"),
+    ],
+)
+def test_args_contain_names_a_lone_surrogate(queue, members, message):
+    # Issue 34 item 14: this raised UnicodeEncodeError from the driver.
+    with pytest.raises(InvalidInput, match=message):
+        queue.discard_jobs(JobFilter(args_contain=members))

@@ -127,13 +127,24 @@ def test_an_async_task_is_awaited_on_the_workers_loop(tasks):
     assert tasks.queue.get_job(job.id).status == "SUCCEEDED"
 
 
+def _deep_list(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 @pytest.mark.parametrize(
     "args, kwargs, named",
     [
         ((), {}, "missing a required argument: 'address'"),
         ((Address("a", "b"),), {"urgent": True}, "unexpected keyword argument 'urgent'"),
         ((Address("a", "b"),), {"note": {1, 2}}, "argument 'note'"),
+        # Issue 34 item 14: 5,000 levels raised RecursionError, not InvalidInput.
+        ((Address("a", "b"),), {"note": _deep_list(5000)}, "nested more than 31 levels"),
+        ((Address("a", "b"),), {"note": _deep_list(31)}, "payload is nested 32 levels"),
     ],
+    ids=["missing", "unexpected", "not-json", "5000-deep", "32-deep"],
 )
 def test_a_call_that_does_not_bind_writes_nothing(tasks, args, kwargs, named):
     @tasks.registry.task()

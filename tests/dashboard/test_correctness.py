@@ -45,6 +45,23 @@ def test_an_out_of_range_id_is_named_not_a_server_error(serve, queue, path, stat
     assert (got, message in body) == (status, True), body[-600:]
 
 
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        ('{"t":"\\ud800"}', "args_contain[&#39;t&#39;] is not valid Unicode"),
+        ('{"\\ud800":1}', "args_contain key is not valid Unicode"),
+        ("[" * 5000, "arguments is nested too deeply"),
+        ('{"t":' + "[" * 5000, "arguments is nested too deeply"),
+    ],
+    ids=["surrogate-value", "surrogate-key", "deep-list", "deep-member"],
+)
+def test_hostile_arguments_filters_are_named_not_a_server_error(serve, queue, arguments, message):
+    # Issue 34 item 14: a lone surrogate or 5,000 levels of "[" answered 500.
+    query = urllib.parse.urlencode({"arguments": arguments})
+    got, body, _ = Raw(serve().url).request("GET", f"/jobs?{query}")
+    assert (got, message in body) == (400, True), body[-600:]
+
+
 @pytest.mark.parametrize("action", ["retry", "cancel"])
 @pytest.mark.parametrize("job", [TOO_BIG, WAY_TOO_BIG])
 def test_a_posted_out_of_range_id_is_refused_and_changes_nothing(serve, queue, action, job):

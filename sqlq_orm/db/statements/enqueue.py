@@ -10,6 +10,7 @@ from sqlalchemy import (
     BigInteger,
     and_,
     bindparam,
+    delete,
     func,
     insert,
     literal,
@@ -55,6 +56,9 @@ class EnqueueStatements(StatementGroup):
             .order_by(j.finished_at.desc(), j.id.desc())
             .limit(1)
         )
+        # Taking back the row an enqueue just inserted, when the key turned out held
+        # after all (its holder finished while the insert waited for it).
+        self.delete_new_job = delete(jobs).where(j.id == bindparam("p_job_id"))
         self.default_max_retries = j.max_retries.default.arg  # type: ignore[union-attr]
         job_values = {
             "queue": bindparam("p_queue"),
