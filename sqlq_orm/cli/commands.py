@@ -27,6 +27,7 @@ from sqlq_orm.cli.connect import (
     open_engine,
     open_queue,
     shown_url,
+    worker_queue,
 )
 from sqlq_orm.ops.render.text import printable
 from sqlq_orm.queue.types import SweepResult
@@ -168,8 +169,9 @@ def worker(
     # The claim loop, the completer, the heartbeat thread, the sweeper and a handler
     # that uses the queue may each hold a connection; pre-ping because a server or proxy
     # may close a connection that sat idle between heartbeats.
-    queue = open_queue(
+    queue = worker_queue(
         db,
+        getattr(registry, "bound_queue", None),  # a TaskRegistry's: the app's engine, models
         models=models,
         retry_base=retry_base,
         pool_size=max(concurrency, 1) + 3,
