@@ -70,8 +70,9 @@ def migrate(db: str | None) -> int:
     return 0
 
 
-def _check_against_registry(handlers: str, job_type: str, payload: Any) -> None:
-    """Refuse a type ``handlers`` does not run, or a task payload that does not bind."""
+def _check_against_registry(handlers: str, job_type: str, payload: Any) -> Any:
+    """Refuse a type ``handlers`` does not run, or a task payload that does not bind;
+    return the payload to store (a task's ``redact=`` names recorded in it)."""
     from sqlq_orm.tasks import TaskRegistry
     from sqlq_orm.worker.handlers import load_registry
 
@@ -84,6 +85,8 @@ def _check_against_registry(handlers: str, job_type: str, payload: Any) -> None:
         problem = task.signature.check_payload(payload)
         if problem is not None:
             raise CommandError(f"{problem}; nothing was written")
+        return task.signature.marked(payload)
+    return payload
 
 
 def enqueue(
@@ -118,7 +121,7 @@ def enqueue(
                 "payloads are small JSON documents"
             ) from None
     if handlers is not None:
-        _check_against_registry(handlers, job_type, decoded)
+        decoded = _check_against_registry(handlers, job_type, decoded)
     result = open_queue(db, models=models).enqueue(
         job_type,
         decoded,
