@@ -192,6 +192,12 @@ def worker_queue(
     chosen = load_models(models) or bound.models
     if db is not None or os.environ.get(DB_ENV_VAR):
         return open_queue(db, models=chosen, retry_base=retry_base, **engine_kwargs)
+    if bound.engine.dialect.is_async:
+        raise CommandError(
+            "the --handlers registry is bound to an AsyncQueue, whose engine the worker "
+            "cannot use from its threads: give the worker the database with --db (or "
+            f"${DB_ENV_VAR}) as a synchronous URL, e.g. postgresql+psycopg://..."
+        )
     url = bound.engine.url.render_as_string(hide_password=False)
     return open_queue(
         url, models=chosen, retry_base=retry_base, engine=bound.engine, schema=bound.context.schema

@@ -124,3 +124,27 @@ def test_the_schema_is_checked_at_the_first_use_and_again_until_it_passes(db_url
     sqlq_orm.migrate.upgrade(engine)
     assert queue.enqueue("a").id == 1
     engine.dispose()
+
+
+def test_no_schema_check_runs_while_alembic_runs_migrations(tmp_path):
+    from alembic.config import Config
+    from alembic.runtime.environment import EnvironmentContext
+    from alembic.script import ScriptDirectory
+
+    from sqlq_orm.queue.schema import inside_migration
+
+    engine = sqlq_orm.create_engine(f"sqlite:///{tmp_path / 'fresh.db'}")
+    queue = sqlq_orm.Queue(engine)
+    config = Config()
+    config.set_main_option("script_location", "sqlq_orm:migrations")
+
+    with EnvironmentContext(config, ScriptDirectory.from_config(config)):
+        assert inside_migration()
+        # A migration that uses the app's queue gets the database as it stands, unchecked.
+        with pytest.raises(sqlalchemy.exc.OperationalError, match="no such table"):
+            queue.counts_by_status()
+
+    assert not inside_migration()
+    with pytest.raises(SchemaBehindCode):  # after the migration: checked at the next use
+        queue.counts_by_status()
+    engine.dispose()
