@@ -147,6 +147,16 @@ class SchemaBehindCode(SqlqError):
         super().__init__(message)
 
 
+class ModelsMissColumns(SqlqError):
+    """The job table has columns the queue's models do not map (an app's own columns
+    read through the library's models: ``--models`` forgotten). A worker refuses to run
+    then: its handlers' ``ctx.columns`` would lack them. ``columns`` names them."""
+
+    def __init__(self, message: str, columns: list[str]) -> None:
+        self.columns = columns
+        super().__init__(message)
+
+
 class JobError(SqlqError):
     """Raised by a handler to fail its job with a classified error.
 

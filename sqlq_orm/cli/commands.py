@@ -27,6 +27,7 @@ from sqlq_orm.cli.connect import (
     open_engine,
     open_queue,
     shown_url,
+    worker_queue,
 )
 from sqlq_orm.ops.render.text import printable
 from sqlq_orm.queue.types import SweepResult
@@ -69,8 +70,9 @@ def migrate(db: str | None) -> int:
     return 0
 
 
-def _check_against_registry(handlers: str, job_type: str, payload: Any) -> None:
-    """Refuse a type ``handlers`` does not run, or a task payload that does not bind."""
+def _check_against_registry(handlers: str, job_type: str, payload: Any) -> Any:
+    """Refuse a type ``handlers`` does not run, or a task payload that does not bind;
+    return the payload to store (a task's ``redact=`` names recorded in it)."""
     from sqlq_orm.tasks import TaskRegistry
     from sqlq_orm.worker.handlers import load_registry
 
@@ -83,6 +85,8 @@ def _check_against_registry(handlers: str, job_type: str, payload: Any) -> None:
         problem = task.signature.check_payload(payload)
         if problem is not None:
             raise CommandError(f"{problem}; nothing was written")
+        return task.signature.marked(payload)
+    return payload
 
 
 def enqueue(
@@ -117,7 +121,7 @@ def enqueue(
                 "payloads are small JSON documents"
             ) from None
     if handlers is not None:
-        _check_against_registry(handlers, job_type, decoded)
+        decoded = _check_against_registry(handlers, job_type, decoded)
     result = open_queue(db, models=models).enqueue(
         job_type,
         decoded,
@@ -172,8 +176,9 @@ def worker(
     # that uses the queue may each hold a connection; pre-ping because a server or proxy
     # may close a connection that sat idle between heartbeats. Its waits on the network
     # fit in the lease, so a dead link is noticed before the lease runs out.
-    queue = open_queue(
+    queue = worker_queue(
         db,
+        getattr(registry, "bound_queue", None),  # a TaskRegistry's: the app's engine, models
         models=models,
         retry_base=retry_base,
         pool_size=max(concurrency, 1) + 3,

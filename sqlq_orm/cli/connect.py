@@ -192,12 +192,43 @@ def load_models(spec: str | None) -> Models | None:
     return found
 
 
+def worker_queue(
+    db: str | None,
+    bound: Queue | None,
+    *,
+    models: str | None = None,
+    retry_base: float | None = None,
+    **engine_kwargs: Any,
+) -> Queue:
+    """The queue ``sqlq worker`` runs: :func:`open_queue`'s, except that with neither
+    ``--db`` nor ``$SQLQ_DATABASE_URL`` a ``--handlers`` registry ``bound`` to a queue
+    lends its engine, and without ``--models`` (or ``$SQLQ_MODELS``) its models: the
+    app's configuration, given once."""
+    if bound is None:
+        return open_queue(db, models=models, retry_base=retry_base, **engine_kwargs)
+    chosen = load_models(models) or bound.models
+    if db is not None or os.environ.get(DB_ENV_VAR):
+        return open_queue(db, models=chosen, retry_base=retry_base, **engine_kwargs)
+    if bound.engine.dialect.is_async:
+        raise CommandError(
+            "the --handlers registry is bound to an AsyncQueue, whose engine the worker "
+            "cannot use from its threads: give the worker the database with --db (or "
+            f"${DB_ENV_VAR}) as a synchronous URL, e.g. postgresql+psycopg://..."
+        )
+    url = bound.engine.url.render_as_string(hide_password=False)
+    return open_queue(
+        url, models=chosen, retry_base=retry_base, engine=bound.engine, schema=bound.context.schema
+    )
+
+
 def open_queue(
     db: str | None,
     *,
-    models: str | None = None,
+    models: str | Models | None = None,
     refuse_newer_schema: bool = True,
     retry_base: float | None = None,
+    engine: Engine | None = None,
+    schema: str | None = None,
     **engine_kwargs: Any,
 ) -> Queue:
     """A :class:`Queue` on the chosen database, after checking its tables exist.
@@ -206,7 +237,9 @@ def open_queue(
     newer sqlq_orm migrated is refused (:class:`~sqlq_orm.errors.SchemaNewerThanCode`):
     this code cannot know what that revision changed, so it must not write as if
     nothing had. Read-only commands and the database's upkeep pass False. ``models``
-    names the app's :class:`~sqlq_orm.Models` (see :func:`load_models`).
+    names the app's :class:`~sqlq_orm.Models` (see :func:`load_models`), or is one.
+    ``engine`` is an app's engine on ``db`` to use instead of opening one, ``schema``
+    the schema it keeps the tables in when ``$SQLQ_SCHEMA`` does not say.
     """
     import sqlalchemy
 
@@ -214,16 +247,17 @@ def open_queue(
     from sqlq_orm.queue.queue import Queue
 
     require_existing_sqlite_file(database_url(db))
-    engine = open_engine(db, **engine_kwargs)
+    if engine is None:
+        engine = open_engine(db, **engine_kwargs)
     retry_policy = None
     if retry_base is not None:
         retry_policy = RetryPolicy(base_seconds=retry_base, max_seconds=max(retry_base, 3600.0))
     queue = Queue(
         engine,
         retry_policy=retry_policy,
-        models=load_models(models),
+        models=models if isinstance(models, Models) else load_models(models),
         check_schema=False,
-        schema=schema_option(),
+        schema=schema_option() or schema,
     )
     jobs_table = queue.tables.jobs
     with queue.read() as connection:

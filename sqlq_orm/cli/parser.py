@@ -328,7 +328,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("worker")
     p.add_argument(
         "--handlers", required=True, metavar="MODULE:REGISTRY",
-        help="where the HandlerRegistry lives, e.g. myapp.jobs:registry",
+        help="where the HandlerRegistry lives, e.g. myapp.jobs:registry; a TaskRegistry "
+        "bound to a queue also gives the database and models (without --db, "
+        "$SQLQ_DATABASE_URL, --models or $SQLQ_MODELS)",
     )  # fmt: skip
     p.add_argument(
         "--queue", dest="queues", action="append", metavar="NAME",

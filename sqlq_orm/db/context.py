@@ -9,8 +9,9 @@ readers (:mod:`sqlq_orm.ops`). Nothing below the queue layer needs to know the
 from __future__ import annotations
 
 import os
+import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
 
@@ -71,10 +72,38 @@ class QueueContext:
         self.wakeups: Wakeups = wakeups_for(
             (database_identity(engine.url), self.tables.jobs.fullname)
         )
+        self._first_use_check: Callable[[], bool] | None = None
+        self._first_use_lock = threading.Lock()
+        self._first_use_thread: int | None = None
+
+    def check_before_first_use(self, check: Callable[[], bool]) -> None:
+        """Run ``check`` before the first transaction or session this context opens
+        (constructing a queue never touches the database: a module-level queue imports
+        without one). ``check`` returns whether it is done; until then, and while it
+        raises, the next use runs it again. Its own reads do not run it."""
+        self._first_use_check = check
+
+    def _before_use(self) -> None:
+        if self._first_use_check is None or self._first_use_thread == threading.get_ident():
+            return
+        with self._first_use_lock:
+            self._run_first_use_check()
+
+    def _run_first_use_check(self) -> None:
+        check = self._first_use_check
+        if check is None:
+            return  # another thread ran it while this one waited
+        self._first_use_thread = threading.get_ident()
+        try:
+            if check():
+                self._first_use_check = None
+        finally:
+            self._first_use_thread = None
 
     @contextmanager
     def write(self, session: Session | None = None) -> Iterator[Connection]:
         """A write transaction: the caller's session's, or a short one of our own."""
+        self._before_use()
         if session is not None:
             connection = session.connection()
             self._require_same_database(connection.engine)
@@ -108,8 +137,11 @@ class QueueContext:
         self._same_database.add(engine)
 
     @contextmanager
-    def read(self) -> Iterator[Connection]:
-        """A read-only transaction that never takes SQLite's write lock."""
+    def read(self, *, first_use_check: bool = True) -> Iterator[Connection]:
+        """A read-only transaction that never takes SQLite's write lock (the check's own
+        reads pass ``first_use_check=False``)."""
+        if first_use_check:
+            self._before_use()
         with self._read_engine.connect() as connection, connection.begin():
             yield connection
 
@@ -122,11 +154,13 @@ class QueueContext:
         other (a job moving between two queries is not counted twice). A read-only
         REPEATABLE READ transaction never fails to commit.
         """
+        self._before_use()
         with self._snapshot_engine.connect() as connection, connection.begin():
             yield connection
 
     def session(self) -> Session:
         """An ORM session for reads (``Job``, its ``attempts`` and ``events``)."""
+        self._before_use()
         return Session(self._read_engine, expire_on_commit=False)
 
     def now(self, connection: Connection) -> int:

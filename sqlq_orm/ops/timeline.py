@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.sql import Select
 
-from sqlq_orm.core import validation
+from sqlq_orm.core import redaction, validation
 from sqlq_orm.db.context import HasContext, QueueContext, context_of
 from sqlq_orm.db.tables import Tables
 from sqlq_orm.errors import JobNotFound
@@ -42,7 +42,8 @@ class JobView:
     status: str
     priority: int
     payload: Any
-    """Decoded JSON (the raw text if it does not decode)."""
+    """Decoded JSON (the raw text if it does not decode), the arguments a task keeps
+    out of view (``redact=``) shown as ``[redacted]``."""
     payload_ref: str | None
     result_ref: str | None
     dedupe_key: str | None
@@ -252,7 +253,8 @@ def job_timeline(
         if row is None:
             raise JobNotFound(job_id)
         values = dict(row._mapping)
-        values["payload"] = _decode(values["payload"])
+        # As it may be displayed: a task's redact= arguments replaced (the job says which).
+        values["payload"] = redaction.redact(_decode(values["payload"]))
         if "result" in values:
             values["result"] = _decode(values["result"])
         app = {name: values.pop(name) for name in list(values) if name not in _JOB_VIEW_COLUMNS}

@@ -31,7 +31,7 @@ from sqlq_orm.errors import (
     TransactionRolledBack,
 )
 from sqlq_orm.queue import app_columns
-from sqlq_orm.queue.schema import require_current_schema
+from sqlq_orm.queue.schema import check_before_first_use, require_current_schema
 from sqlq_orm.schema.states import Event
 
 if TYPE_CHECKING:  # the asyncio extension needs greenlet: never imported at run time here
@@ -187,18 +187,23 @@ class QueueCore:
         self._app_columns = frozenset(self.sql.app_column_names)
         self._app_column_rules = app_columns.describe(self.sql.app_columns)
         if check_schema and not bind.dialect.is_async:
-            # An asyncio engine cannot read here (no greenlet): AsyncQueue checks on its
-            # first operation instead.
-            require_current_schema(self.context, stacklevel=3)
+            # Before the first use, not here: a module-level queue must import without a
+            # reachable, migrated database (an Alembic env.py imports it). An asyncio
+            # engine cannot read outside a coroutine: AsyncQueue checks on its first
+            # operation instead.
+            check_before_first_use(self.context)
 
-    def check_schema(self) -> None:
+    def check_schema(self, *, refuse_unmapped: bool = False) -> None:
         """Raise :class:`~sqlq_orm.errors.SchemaBehindCode` if the database lacks tables or
         columns the models declare, naming the revision or command that adds them; warn
         (:class:`~sqlq_orm.errors.SqlqWarning`) if its tables have columns the models
-        do not map. Done once per engine and models in a process, at construction
-        (``check_schema=False`` skips it: code that must build a queue before the
-        migrations run, e.g. an app factory a migration command imports)."""
-        require_current_schema(self.context, stacklevel=2)
+        do not map, or with ``refuse_unmapped`` raise
+        :class:`~sqlq_orm.errors.ModelsMissColumns` if the job table has any (a worker
+        does: its handlers read them in ``ctx.columns``). The database is read once per
+        engine and models in a process, before the queue's first use (constructing it
+        reads nothing), and never while Alembic runs migrations; ``check_schema=False``
+        skips the automatic check."""
+        require_current_schema(self.context, stacklevel=2, refuse_unmapped=refuse_unmapped)
 
     # ------------------------------------------------------------------ plumbing
 

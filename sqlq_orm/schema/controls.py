@@ -12,10 +12,11 @@ from sqlalchemy import BigInteger, CheckConstraint, Integer, PrimaryKeyConstrain
 from sqlalchemy.orm import Mapped, declared_attr, mapped_column
 from sqlalchemy.sql.elements import conv
 
+from sqlq_orm.schema.host_bases import DeclarativeOnly
 from sqlq_orm.schema.mixins import MYSQL_TABLE_OPTIONS, QUEUE_MAX, WORKER_ID_MAX
 
 
-class QueueControlMixin:
+class QueueControlMixin(DeclarativeOnly):
     """One queue's operator state (default table ``sqlq_queues``).
 
     A row exists once an operator has paused the queue or set its rate limit;

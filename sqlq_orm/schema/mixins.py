@@ -45,6 +45,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, declared_attr, mapped_column, relationship
 from sqlalchemy.sql.elements import conv
 
+from sqlq_orm.schema.host_bases import DeclarativeOnly
 from sqlq_orm.schema.json_text import JsonText
 from sqlq_orm.schema.registry import remember_job_model
 from sqlq_orm.schema.states import ACTIVE, HELD, TERMINAL, AttemptStatus, Event, JobStatus
@@ -104,7 +105,7 @@ JOB_MIXIN_COLUMNS = frozenset(
 """The columns :class:`JobMixin` defines; any other column of a job table is the app's."""
 
 
-class JobMixin:
+class JobMixin(DeclarativeOnly):
     """The current state of a job: one row per job (default table ``sqlq_jobs``)."""
 
     __sqlq_attempt_model__: ClassVar[str] = "JobAttempt"
@@ -344,7 +345,7 @@ class JobMixin:
         )
 
 
-class JobAttemptMixin:
+class JobAttemptMixin(DeclarativeOnly):
     """One run of a job (default table ``sqlq_job_attempts``)."""
 
     __sqlq_job_table__: ClassVar[str] = "sqlq_jobs"
@@ -406,7 +407,7 @@ class JobAttemptMixin:
         )
 
 
-class JobEventMixin:
+class JobEventMixin(DeclarativeOnly):
     """One entry of a job's append-only timeline (default table ``sqlq_job_events``)."""
 
     __sqlq_job_table__: ClassVar[str] = "sqlq_jobs"
@@ -449,7 +450,7 @@ class JobEventMixin:
         )
 
 
-class WorkerMixin:
+class WorkerMixin(DeclarativeOnly):
     """A live worker process (default table ``sqlq_workers``).
 
     Upserted on every worker tick, so "which worker holds this job, and is it
@@ -484,7 +485,7 @@ CRON_MAX = 200
 TIMEZONE_MAX = 64
 
 
-class ScheduleMixin:
+class ScheduleMixin(DeclarativeOnly):
     """One recurring schedule's progress (default table ``sqlq_schedules``).
 
     Written by the schedulers: upserted from the code's declarations, and advanced by
@@ -524,7 +525,7 @@ class ScheduleMixin:
 POLICY_MAX = 16
 
 
-class JobDependencyMixin:
+class JobDependencyMixin(DeclarativeOnly):
     """One edge of the dependency graph: ``job_id`` waits for ``depends_on_id``
     (default table ``sqlq_job_dependencies``).
 

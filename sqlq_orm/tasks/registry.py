@@ -71,12 +71,14 @@ class TaskDecorator:
         options: TaskOptions,
         failures: FailurePolicy | None = None,
         lease: int | None = None,
+        redact: Sequence[str] = (),
     ) -> None:
         self.registry = registry
         self.name = name
         self.options = options
         self.failures = failures
         self.lease = lease
+        self.redact = redact
 
     @overload
     def __call__(
@@ -99,6 +101,7 @@ class TaskDecorator:
             options=self.options,
             failures=self.failures,
             lease=self.lease,
+            redact=self.redact,
         )
 
 
@@ -153,6 +156,12 @@ class TaskRegistry(HandlerRegistry):
                 "this TaskRegistry has no queue to enqueue into: make it with "
                 "TaskRegistry(queue) or call registry.bind(queue) first"
             )
+        return self._queue
+
+    @property
+    def bound_queue(self) -> Queue | None:
+        """The :class:`~sqlq_orm.Queue` this registry is bound to, or None (not bound
+        yet). ``sqlq worker --handlers`` takes its engine and models from it."""
         return self._queue
 
     @property
@@ -212,6 +221,7 @@ class TaskRegistry(HandlerRegistry):
         lease: int | None = None,
         rate_key: KeyOption = None,
         dedupe_period: int | None = None,
+        redact: Sequence[str] = (),
     ) -> TaskDecorator:
         """Decorator: make the function a task, with these options as its defaults.
 
@@ -239,6 +249,13 @@ class TaskRegistry(HandlerRegistry):
         a worker dies. The worker claims these jobs with that lease (in the claim's
         transaction), renews them for that long, heartbeats within a third of the
         shortest, and self-fences after it.
+
+        ``redact`` names parameters whose values are kept out of what is displayed
+        (a password, a token): ``sqlq show``, the dashboard, :func:`~sqlq_orm.job_timeline`
+        and the library's own messages about an argument show ``[redacted]``; the
+        handler still gets the value, which is stored in the job's payload like the
+        others (see :mod:`sqlq_orm.core.redaction`). A name that is not a parameter
+        raises :class:`~sqlq_orm.InvalidInput`.
         """
         options = TaskOptions(
             queue=queue,
@@ -266,7 +283,7 @@ class TaskRegistry(HandlerRegistry):
             except InvalidInput as exc:
                 owner = f"task {name!r}" if name else "registry.task(lease=...)"
                 raise InvalidInput(f"{owner}: lease={lease!r} refused: {exc}") from None
-        return TaskDecorator(self, name, options, failures, lease)
+        return TaskDecorator(self, name, options, failures, lease, redact)
 
     def add_task(
         self,
@@ -276,6 +293,7 @@ class TaskRegistry(HandlerRegistry):
         options: TaskOptions,
         failures: FailurePolicy | None = None,
         lease: int | None = None,
+        redact: Sequence[str] = (),
     ) -> Task[Any, Any]:
         """Register ``function`` as a task (what the decorator does); return the task."""
         if not callable(function):
@@ -289,7 +307,7 @@ class TaskRegistry(HandlerRegistry):
                     f"task {task_name!r}: {key} must be a string or a function of the "
                     f"task's arguments, got {value!r}"
                 )
-        signature = TaskSignature(function, task_name)
+        signature = TaskSignature(function, task_name, redact)
         runner_class = AsyncTaskRunner if is_coroutine_handler(function) else TaskRunner
         runner = runner_class(function, signature, failures, self._middlewares)
         self.register(task_name, runner)

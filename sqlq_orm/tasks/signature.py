@@ -17,18 +17,19 @@ from __future__ import annotations
 
 import inspect
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from sqlq_orm.core import validation
+from sqlq_orm.core import redaction, validation
 from sqlq_orm.errors import InvalidInput
 from sqlq_orm.tasks.codec import Converter, converter_for, json_problem
 from sqlq_orm.tasks.conformity import type_problem
 from sqlq_orm.worker.handlers import JobContext
 
-META_KEY = "__sqlq__"
+META_KEY = redaction.META_KEY
 """The payload key reserved for what travels with a job beside its arguments (a trace
-context, see :mod:`sqlq_orm.tasks.tracing`); never passed to the function."""
+context, see :mod:`sqlq_orm.tasks.tracing`; the names to redact, see
+:mod:`sqlq_orm.core.redaction`); never passed to the function."""
 
 ARGUMENTS_DO_NOT_BIND = "INVALID_INPUT:ARGUMENTS_DO_NOT_BIND"
 """The error code of a job whose stored arguments do not fit its task's signature."""
@@ -49,7 +50,9 @@ class TaskSignature:
     :class:`AsyncJobContext`), which must come first, or None.
     """
 
-    def __init__(self, function: Callable[..., Any], task_name: str) -> None:
+    def __init__(
+        self, function: Callable[..., Any], task_name: str, redact: Iterable[str] = ()
+    ) -> None:
         self.task_name = task_name
         full = inspect.signature(function)
         try:
@@ -76,6 +79,8 @@ class TaskSignature:
             parameters=parameters, return_annotation=hints.get("return", full.return_annotation)
         )
         self.parameters = {p.name: p for p in parameters}
+        self.redact = _redacted_parameters(task_name, redact, self.parameters)
+        """The arguments kept out of what is displayed (``redact=`` of the task)."""
         self.converters: dict[str, Converter] = {
             p.name: converter_for(hints.get(p.name, Any)) for p in parameters
         }
@@ -144,19 +149,23 @@ class TaskSignature:
                 try:
                     value = encode(value)
                 except Exception as exc:  # noqa: BLE001 - a converter's error names the argument
+                    why = type(exc).__name__
+                    if name not in self.redact:  # the error may quote the value
+                        why = f"{why}: {exc}"
                     raise InvalidInput(
                         f"task {self.task_name!r}: argument {name!r} cannot be stored "
-                        f"({type(exc).__name__}: {exc}); nothing was written"
+                        f"({why}); nothing was written"
                     ) from None
             problem = json_problem(value)
             if problem is not None:
+                shown = redaction.REDACTED if name in self.redact else _short(value)
                 raise InvalidInput(
                     f"task {self.task_name!r}: argument {name!r} must be JSON, a dataclass, "
                     f"a TypedDict or a pydantic model, but {problem} (got "
-                    f"{_short(value)}); nothing was written"
+                    f"{shown}); nothing was written"
                 )
             payload[name] = value
-        return payload
+        return redaction.mark(payload, self.redact.intersection(payload))
 
     def call_of(self, payload: Any) -> tuple[list[Any], dict[str, Any]]:
         """The positional and keyword arguments a stored ``payload`` calls the function
@@ -184,9 +193,13 @@ class TaskSignature:
                 try:
                     value = decode(value)
                 except Exception as exc:  # noqa: BLE001 - a stored value no longer fits its type
+                    # The error may quote the value: not a redacted one (it is stored
+                    # in the job's error_detail, its events and the worker's log).
+                    secret = name in redaction.redacted_names(payload) | self.redact
+                    why = type(exc).__name__ if secret else f"{type(exc).__name__}: {exc}"
                     raise ArgumentsDoNotBind(
                         f"task {self.task_name!r}: the stored argument {name!r} does not fit "
-                        f"its annotation any more ({type(exc).__name__}: {exc})"
+                        f"its annotation any more ({why})"
                     ) from None
             kind = self.parameters[name].kind
             if kind is inspect.Parameter.VAR_POSITIONAL:
@@ -234,13 +247,16 @@ class TaskSignature:
 
     def named_arguments(self, payload: Any) -> list[tuple[str, Any, bool]] | None:
         """A stored payload as ``(name, value, is_default)`` in the signature's order,
-        values as stored (JSON); None if it is not a mapping of this task's arguments.
-        Parameters the payload leaves out show their defaults."""
+        values as stored (JSON), those of :attr:`redact` as ``[redacted]``; None if it
+        is not a mapping of this task's arguments. Parameters the payload leaves out
+        show their defaults."""
         if not isinstance(payload, Mapping):
             return None
         named: list[tuple[str, Any, bool]] = []
         for name, parameter in self.parameters.items():
-            if name in payload:
+            if name in self.redact and name in payload:
+                named.append((name, redaction.REDACTED, False))
+            elif name in payload:
                 named.append((name, payload[name], False))
             elif parameter.default is not parameter.empty:
                 named.append((name, parameter.default, True))
@@ -251,6 +267,13 @@ class TaskSignature:
         ]
         return named
 
+    def marked(self, payload: Any) -> Any:
+        """A payload given whole (not through ``enqueue``'s arguments) with the task's
+        :attr:`redact` names recorded in it, as ``enqueue`` records them."""
+        if not isinstance(payload, dict):
+            return payload
+        return redaction.mark(payload, self.redact.intersection(payload))
+
     def check_payload(self, payload: Any) -> str | None:
         """Why a stored ``payload`` would not bind, or None (for the drift check)."""
         try:
@@ -258,6 +281,25 @@ class TaskSignature:
         except ArgumentsDoNotBind as exc:
             return str(exc)
         return None
+
+
+def _redacted_parameters(
+    task_name: str, redact: Iterable[str], parameters: Mapping[str, inspect.Parameter]
+) -> frozenset[str]:
+    """``redact`` checked against the task's parameters (InvalidInput naming a stranger)."""
+    if isinstance(redact, str):
+        raise InvalidInput(
+            f"task {task_name!r}: redact= takes parameter names, e.g. redact=({redact!r},), "
+            f"not the string {redact!r}"
+        )
+    names = frozenset(redact)
+    unknown = sorted(name for name in names if name not in parameters)
+    if unknown:
+        raise InvalidInput(
+            f"task {task_name!r}: redact= names {', '.join(map(repr, unknown))}, which "
+            f"is not a parameter of the task (its parameters: {', '.join(parameters) or 'none'})"
+        )
+    return names
 
 
 def _short(value: object) -> str:

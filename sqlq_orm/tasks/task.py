@@ -122,9 +122,34 @@ class Task(Generic[P, R]):
         rate_key: KeyOption = _UNSET,
         dedupe_period: int | None = _UNSET,
     ) -> Task[P, R]:
-        """This task with some options changed for the calls made through it::
+        """This task with some options changed for the calls made through it.
 
-        send_email.options(delay=60, session=session).enqueue(to="a@example.com")
+        Returns a new :class:`Task` (this one is unchanged); options not given keep
+        the decorator's values. Chain it before ``enqueue``, ``enqueue_async`` or
+        ``spec``::
+
+            send_email.options(delay=60, session=session).enqueue(to="a@example.com")
+
+        ``columns`` gives values for the columns the host app added to its job model
+        (``Job(JobMixin, Base)`` with e.g. ``tenant_id``), by column name. They are
+        stored in those columns, not in the task's arguments; the handler reads them
+        as ``ctx.columns``; ``sqlq show``, the dashboard and the job lists filter by
+        them. A value the column cannot hold (wrong type, too long, NULL for a
+        required column, a foreign key to nothing) raises
+        :class:`~sqlq_orm.errors.InvalidInput` naming the column, and nothing is
+        written. The queue must have the app's models (``Queue(engine,
+        models=MODELS)``)::
+
+            invoice = send_invoice.options(columns={"tenant_id": 7}, session=session)
+            invoice.enqueue(order_id=order.id)
+
+        ``session`` enqueues in the caller's transaction (a ``Session``; an
+        ``AsyncSession`` for ``enqueue_async``); ``run_at`` (epoch seconds or an
+        aware ``datetime``), ``depends_on`` and ``on_parent_failure`` exist only
+        here, per call. ``dedupe_key``, ``concurrency_key`` and ``rate_key`` are
+        strings or functions of the task's arguments. The other options mean what
+        they mean in :meth:`Queue.enqueue <sqlq_orm.Queue.enqueue>`. See the how-to
+        page ``docs/howto/app-columns.md``.
         """
         given = {k: v for k, v in locals().items() if k != "self" and v is not _UNSET}
         return Task(

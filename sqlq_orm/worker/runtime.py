@@ -265,11 +265,14 @@ class Worker:
     def run(self) -> WorkerStats:
         """Register, work until asked to stop (or idle, in burst mode), shut down.
 
-        Raises if the worker cannot register (database unreachable, tables missing);
+        Raises if the worker cannot register (database unreachable, tables missing), or
+        :class:`~sqlq_orm.errors.ModelsMissColumns` if the job table has columns the
+        queue's models do not map (its handlers' ``ctx.columns`` would lack them);
         after that, database errors are logged and retried, never fatal. Raises
         :class:`~sqlq_orm.errors.HandlersStuck` after shutting down if stuck handler
         threads used up the ``max_abandoned`` budget.
         """
+        self.queue.check_schema(refuse_unmapped=True)
         self._register()
         # Read at start, as the heartbeat interval is: tasks are declared by then.
         self._own_leases = self.handlers.lease_lengths or None

@@ -113,6 +113,29 @@ def test_show_with_handlers_prints_a_tasks_arguments_by_name_and_its_result(migr
     assert "arguments" not in without.stdout  # without the registry: the payload only
 
 
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # every backend: conformance
+def test_show_redacts_a_tasks_secret_arguments_which_still_reach_the_handler(migrated_url):
+    handlers = "tests.support.tasks_for_tests:registry"
+    job_id = sqlq("--db", migrated_url, "enqueue", "account.welcome", "--handlers", handlers,
+                  "--payload", '{"email": "a@example.com", "password": "hunter2-s3cret"}',
+                  ).stdout.strip()  # fmt: skip
+
+    shown = [
+        sqlq("--db", migrated_url, "show", job_id),
+        sqlq("--db", migrated_url, "show", job_id, "--handlers", handlers),
+        sqlq("--db", migrated_url, "show", job_id, "--handlers", handlers, "--json"),
+    ]
+    ran = sqlq("--db", migrated_url, "worker", "--handlers", handlers, "--burst", "--poll", "0.1")
+    after = sqlq("--db", migrated_url, "show", job_id, "--json")
+
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(after.stdout)["job"]["status"] == "SUCCEEDED"  # the handler got it
+    for result in [*shown, after]:
+        assert result.returncode == 0, result.stderr
+        assert "hunter2" not in result.stdout and "[redacted]" in result.stdout
+    assert 'password="[redacted]"' in shown[1].stdout
+
+
 def test_show_lists_a_jobs_parents_and_children(migrated_url):
     parent = sqlq("--db", migrated_url, "enqueue", "fetch").stdout.strip()
     child = sqlq("--db", migrated_url, "enqueue", "report", "--depends-on", parent,

@@ -10,6 +10,7 @@ tables through the library's own models (``--models`` forgotten) warns once.
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -114,13 +115,13 @@ def test_the_library_models_on_a_host_table_warn_once_about_the_columns_they_mis
     sqlq_orm.Base.metadata.create_all(host.engine, tables=optional)  # the library's have them
 
     with pytest.warns(sqlq_orm.SqlqWarning, match="label, order_id, tenant_id") as warned:
-        sqlq_orm.Queue(host.engine)
+        sqlq_orm.Queue(host.engine).counts_by_status()  # at the first use
     assert "models=MODELS" in str(warned[0].message)
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        sqlq_orm.Queue(host.engine)  # once per engine
-        sqlq_orm.Queue(host.engine, models=MODELS)  # the app's models map them all
+        sqlq_orm.Queue(host.engine).counts_by_status()  # once per engine
+        sqlq_orm.Queue(host.engine, models=MODELS).counts_by_status()  # all mapped
 
 
 def test_lists_and_bulk_actions_filter_by_the_apps_columns_and_a_concurrency_key(host):
@@ -169,3 +170,24 @@ def test_a_column_filter_naming_no_app_column_is_refused_naming_it(host, columns
     with pytest.raises(sqlq_orm.InvalidInput, match=named):
         host.queue.cancel_jobs(JobFilter(columns=columns))
     assert host.queue.get_job(1).status == "QUEUED"
+
+
+def test_a_typed_task_takes_app_column_values_through_options(host):
+    # The recipe of docs/howto/app-columns.md.
+    registry = sqlq_orm.TaskRegistry(host.queue)
+    seen = []
+
+    @registry.task(name="send_invoice")
+    def send_invoice(ctx: sqlq_orm.JobContext, order_id: int) -> None:
+        seen.append((order_id, ctx.columns["tenant_id"], ctx.columns["order_id"]))
+
+    with Session(host.engine) as session:
+        invoice = send_invoice.options(columns={"tenant_id": 7, "order_id": 1}, session=session)
+        job = invoice.enqueue(order_id=1)
+        session.commit()
+    with pytest.raises(sqlq_orm.InvalidInput, match="sqlq_jobs.tenant_id is required"):
+        send_invoice.enqueue(order_id=1)  # the options above did not change the task
+    sqlq_orm.Worker(host.queue, registry, burst=True).run()
+
+    assert seen == [(1, 7, 1)]
+    assert json.loads(host.queue.get_job(job.id).payload) == {"order_id": 1}  # not the columns

@@ -1,8 +1,8 @@
-"""A schema behind the code is refused when the queue is made, naming what to run.
+"""A schema behind the code is refused at the queue's first use, naming what to run.
 
 A host that copied the README's one-head revision pinned at ``sqlq_0001`` and never
 took sqlq's later revisions got a raw ``OperationalError: no column concurrency_key``
-at its first enqueue. Now ``Queue(...)`` looks at the schema once and raises
+at its first enqueue. Now the queue looks at the schema once, before its first use, and raises
 :class:`~sqlq_orm.errors.SchemaBehindCode` naming where the database stands, the
 revision this code needs and the command; and ``sqlq_orm.migrations.upgrade(op, to=...)``
 without ``from_`` starts from where the database stands.
@@ -54,8 +54,9 @@ def test_a_host_schema_pinned_at_0001_is_refused_naming_the_revision_and_command
     run_alembic(tmp_path, "upgrade", "head")
     engine = sqlq_orm.create_engine(db_url)
 
+    queue = sqlq_orm.Queue(engine)
     with pytest.raises(SchemaBehindCode) as refused:
-        sqlq_orm.Queue(engine)
+        queue.enqueue("a")
 
     message = str(refused.value)
     assert "sqlq_jobs.concurrency_key" in message
@@ -92,7 +93,7 @@ def test_a_standalone_schema_behind_the_code_is_refused_naming_sqlq_migrate(db_u
     engine = sqlq_orm.create_engine(db_url)
 
     with pytest.raises(SchemaBehindCode, match=r"run `sqlq migrate`"):
-        sqlq_orm.Queue(engine)
+        sqlq_orm.Queue(engine).enqueue("a")
 
     migrate.upgrade(db_url)
     sqlq_orm.Queue(engine).enqueue("a")  # up to date: no error
@@ -102,8 +103,7 @@ def test_a_standalone_schema_behind_the_code_is_refused_naming_sqlq_migrate(db_u
 def test_an_empty_database_is_refused_naming_the_tables():
     engine = sqlalchemy.create_engine("sqlite://")
     with pytest.raises(SchemaBehindCode, match="has no table sqlq_jobs"):
-        sqlq_orm.Queue(sqlq_orm.configure_engine(engine))
-    sqlq_orm.Queue(engine, check_schema=False)  # a migration command's app factory
+        sqlq_orm.Queue(sqlq_orm.configure_engine(engine)).stats()
     engine.dispose()
 
 

@@ -21,3 +21,10 @@ def plain(ctx: object) -> None:
 def render_report(month: str, pages: int = 10, *, draft: bool = False) -> dict[str, int]:
     """Returns a result: ``sqlq show`` shows it beside the arguments."""
     return {"pages": pages}
+
+
+@registry.task(name="account.welcome", redact=("password",))
+def welcome(email: str, password: str) -> None:
+    """Its password is kept out of ``sqlq show`` and the dashboard; it still arrives."""
+    if password != "hunter2-s3cret":
+        raise ValueError("the password did not arrive")

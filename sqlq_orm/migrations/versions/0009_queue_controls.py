@@ -12,6 +12,7 @@ mode, on SQLite too); existing jobs are untouched, and a queue without a row run
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 import sqlalchemy as sa
 
@@ -38,7 +39,9 @@ def upgrade() -> None:
     )
     # On SQLite a plain ADD COLUMN would leave the table's DDL unlike the models'
     # (SQLite appends the column to the stored CREATE text): rebuild the small table.
-    with op.batch_alter_table("sqlq_schedules", recreate="always") as batch:
+    # Elsewhere a plain ALTER, which --sql (offline) mode can render: a rebuild there
+    # would need a live connection to reflect the table.
+    with op.batch_alter_table("sqlq_schedules", recreate=_rebuilt_on_sqlite()) as batch:
         batch.add_column(sa.Column("paused_at", sa.BigInteger(), nullable=True))
 
 
@@ -46,3 +49,7 @@ def downgrade() -> None:
     with op.batch_alter_table("sqlq_schedules") as batch:
         batch.drop_column("paused_at")
     op.drop_table("sqlq_queues")
+
+
+def _rebuilt_on_sqlite() -> Literal["always", "auto"]:
+    return "always" if op.get_context().dialect.name == "sqlite" else "auto"

@@ -61,6 +61,8 @@ def _dialect() -> str:
 
 
 def _refuse_rows(where: str, why: str, params: dict[str, str] | None = None) -> None:
+    if op.get_context().as_sql:
+        return  # --sql (offline): no rows to read; the database refuses such rows itself
     ids = (
         op.get_bind()
         .execute(

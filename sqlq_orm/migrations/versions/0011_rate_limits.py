@@ -17,6 +17,7 @@ existing jobs get none of them (no key, no limit, no period).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 import sqlalchemy as sa
 
@@ -32,7 +33,12 @@ _HELD_FOR_PERIOD = "dedupe_period IS NOT NULL"
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("sqlq_queues", recreate="always") as batch:
+    # Rebuilt on SQLite (as sqlq_0009 does); a plain ALTER elsewhere, which --sql
+    # (offline) mode can render without reflecting the table.
+    recreate: Literal["always", "auto"] = (
+        "always" if op.get_context().dialect.name == "sqlite" else "auto"
+    )
+    with op.batch_alter_table("sqlq_queues", recreate=recreate) as batch:
         batch.add_column(sa.Column("rate_limit", sa.Integer(), nullable=True))
         batch.add_column(sa.Column("rate_period", sa.Integer(), nullable=True))
         batch.create_check_constraint(
