@@ -1,4 +1,5 @@
-"""The README's complete host ``env.py``, run as written: online, and ``--sql`` mode."""
+"""The docs' complete host ``env.py`` (docs/howto/alembic.md), run as written: online, and
+``--sql`` mode."""
 
 from __future__ import annotations
 
@@ -46,9 +47,9 @@ format = %(levelname)-5.5s [%(name)s] %(message)s
 
 
 def readme_env_py() -> str:
-    readme = (REPO_ROOT / "README.md").read_text()
-    block = re.search(r"```python\n(# migrations/env.py \(complete.*?)```", readme, re.S)
-    assert block is not None, "the README's complete env.py is gone"
+    page = (REPO_ROOT / "docs" / "howto" / "alembic.md").read_text()
+    block = re.search(r"```python\n(# migrations/env.py \(complete.*?)```", page, re.S)
+    assert block is not None, "the docs' complete env.py (docs/howto/alembic.md) is gone"
     return block.group(1).replace("from myapp.models import Base", "from host_models import Base")
 
 
