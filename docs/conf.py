@@ -39,7 +39,6 @@ autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 autodoc_typehints_description_target = "documented_params"
 autodoc_class_signature = "separated"
-autodoc_default_options = {"show-inheritance": True}
 autodoc_preserve_defaults = True
 python_use_unqualified_type_names = True
 

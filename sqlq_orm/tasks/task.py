@@ -120,9 +120,11 @@ class Task(Generic[P, R]):
         rate_key: KeyOption = _UNSET,
         dedupe_period: int | None = _UNSET,
     ) -> Task[P, R]:
-        """This task with some options changed for the calls made through it::
+        """This task with some options changed for the calls made through it.
 
-        send_email.options(delay=60, session=session).enqueue(to="a@example.com")
+        For example::
+
+            send_email.options(delay=60, session=session).enqueue(to="a@example.com")
         """
         given = {k: v for k, v in locals().items() if k != "self" and v is not _UNSET}
         return Task(
