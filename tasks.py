@@ -5,6 +5,7 @@
     python3 tasks.py test    # make .venv, install sqlq_orm[test,dashboard-test], run the tests
     python3 tasks.py bench   # make .venv, install sqlq_orm[test,bench], run the benchmarks
     python3 tasks.py lint    # make .venv, install sqlq_orm[dev], run ruff and mypy
+    python3 tasks.py docs    # make .venv, install sqlq_orm[docs], build the docs site (HTML)
 
 Extra arguments after the task go to the program it runs (e.g. ``test -k sweep``).
 """
@@ -28,7 +29,12 @@ EXTRAS = {
     "test": "test,dashboard-test",
     "bench": "test,bench",
     "lint": "dev",
+    "docs": "docs",
 }
+
+# Warnings are errors: a broken reference, a docstring Sphinx cannot read or a page left
+# out of every toctree fails the build (and CI).
+DOCS_BUILD = ["-m", "sphinx", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html"]
 
 
 def ensure_env(extra: str) -> None:
@@ -55,6 +61,8 @@ def main(argv: list[str]) -> int:
         command = [str(PYTHON), "-m", "pytest", *rest]
     elif task == "lint":
         return lint(rest)
+    elif task == "docs":
+        command = [str(PYTHON), *DOCS_BUILD, *rest]
     else:
         command = [str(PYTHON), "-m", "bench", *rest]
     print("+ " + " ".join(command), flush=True)

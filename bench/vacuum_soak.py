@@ -9,8 +9,8 @@ indexes alone, of the events and attempts tables, live and dead tuples of
 after the first prune rounds is the expected shape; a line that keeps climbing is bloat.
 
 The schema is built by ``sqlq_orm.migrate.upgrade``; the soak then sets the per-table
-autovacuum settings docs/POSTGRESQL.md recommends (:data:`RECOMMENDED`, what sqlq_0010
-sets on PostgreSQL), or with ``--server-defaults`` resets them, to compare.
+autovacuum settings docs/howto/postgresql-production.md recommends (:data:`RECOMMENDED`,
+what sqlq_0010 sets on PostgreSQL), or with ``--server-defaults`` resets them, to compare.
 
     nice -n 10 .venv/bin/python -m bench.vacuum_soak \
         --pg postgresql+psycopg://postgres@127.0.0.1:5432/test --rate 50 --minutes 30
@@ -43,7 +43,7 @@ RECOMMENDED = {
     "autovacuum_analyze_scale_factor": "0.02",
     "autovacuum_vacuum_insert_scale_factor": "0.05",
 }
-"""Per-table storage parameters for ``sqlq_jobs`` (docs/POSTGRESQL.md says why)."""
+"""Per-table storage parameters for ``sqlq_jobs`` (docs/howto/postgresql-production.md says why)."""
 TABLES = ("sqlq_jobs", "sqlq_job_events", "sqlq_job_attempts")
 PRUNE_ALL_FINISHED = RetentionPolicy(succeeded_days=0, failed_days=0, cancelled_days=0)
 """Zero days: every finished job goes at the next prune (the soak's retention is the

@@ -14,7 +14,17 @@ import sys
 from collections.abc import Sequence
 
 from sqlq_orm.cli.parser import build_parser, call_command
-from sqlq_orm.errors import SqlqError
+from sqlq_orm.core.docs import ERROR_CODES_PAGE
+from sqlq_orm.errors import (
+    DedupeConflict,
+    HandlersStuck,
+    InvalidTransition,
+    LeaseLost,
+    SchemaBehindCode,
+    SchemaNewerThanCode,
+    SqlqError,
+    TransactionRolledBack,
+)
 
 log = logging.getLogger("sqlq_orm.cli")
 
@@ -22,6 +32,17 @@ log = logging.getLogger("sqlq_orm.cli")
 INPUT_ERRORS = (OverflowError, RecursionError, UnicodeError)
 """What an argument out of the ordinary can still raise past the checks (a value too
 large for the driver, nesting too deep, text that cannot be encoded)."""
+
+REFUSALS = (
+    InvalidTransition,
+    DedupeConflict,
+    LeaseLost,
+    SchemaBehindCode,
+    SchemaNewerThanCode,
+    TransactionRolledBack,
+    HandlersStuck,
+)
+"""Refusals whose error line names the page that explains them (the rest name their fix)."""
 
 
 def _first_line(exc: BaseException) -> str:
@@ -33,6 +54,8 @@ def _describe(exc: BaseException, db: str | None) -> str:
 
     from sqlq_orm.cli.connect import database_url, shown_url
 
+    if isinstance(exc, REFUSALS):
+        return f"{exc} (see {ERROR_CODES_PAGE})"
     if isinstance(exc, SqlqError):
         return str(exc)
     if isinstance(exc, OperationalError):

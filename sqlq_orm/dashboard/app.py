@@ -19,6 +19,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from sqlq_orm.core.docs import DASHBOARD_AUTH_PAGE
 from sqlq_orm.core.schedule import Schedule
 from sqlq_orm.dashboard.actions import Actions
 from sqlq_orm.dashboard.cache import DEFAULT_FRESH_SECONDS, SharedAnswer
@@ -60,14 +61,19 @@ class _Gate:
             if not self.hosts.allows(request.headers.get("host")):
                 refusal = PlainTextResponse(
                     "400 Bad Request: this dashboard does not answer for the host name "
-                    f"{request.headers.get('host')!r} (see allowed_hosts / --allowed-host)",
+                    f"{request.headers.get('host')!r} (see allowed_hosts / --allowed-host, "
+                    f"{DASHBOARD_AUTH_PAGE})",
                     status_code=400,
                 )
             elif not self.authorize(request):
-                refusal = PlainTextResponse("403 Forbidden: not authorised", status_code=403)
+                refusal = PlainTextResponse(
+                    f"403 Forbidden: not authorised (who gets in: {DASHBOARD_AUTH_PAGE})",
+                    status_code=403,
+                )
             elif request.method not in SAFE_METHODS and (why := cross_site_write(request)):
                 refusal = PlainTextResponse(
-                    f"403 Forbidden: {why}; nothing was changed", status_code=403
+                    f"403 Forbidden: {why}; nothing was changed (see {DASHBOARD_AUTH_PAGE})",
+                    status_code=403,
                 )
             if refusal is not None:
                 await refusal(scope, receive, send)

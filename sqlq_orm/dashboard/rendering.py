@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from sqlq_orm.core.cron import time_zone
+from sqlq_orm.core.docs import DASHBOARD_AUTH_PAGE, ERROR_CODES_PAGE
 from sqlq_orm.dashboard.security import CSRF_COOKIE, CSRF_FIELD, CsrfTokens
 from sqlq_orm.errors import InvalidInput
 
@@ -139,6 +140,8 @@ def make_environment() -> Environment:
     env.filters["detail"] = format_detail
     env.filters["thousands"] = format_thousands
     env.filters["bytes"] = format_bytes
+    env.globals["error_codes_page"] = ERROR_CODES_PAGE
+    env.globals["dashboard_auth_page"] = DASHBOARD_AUTH_PAGE
     return env
 
 

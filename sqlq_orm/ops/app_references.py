@@ -19,6 +19,8 @@ from sqlalchemy import ColumnElement, and_, column, exists, func, inspect, selec
 from sqlalchemy import Table as SqlTable
 from sqlalchemy.engine import Connection
 
+from sqlq_orm.core.docs import RETENTION_PAGE
+
 LETS_DELETE = frozenset({"CASCADE", "SET NULL"})
 """``ON DELETE`` actions under which the database deletes a referenced job."""
 
@@ -107,5 +109,5 @@ def reason(held_back: dict[str, int], unseen: int = 0) -> str:
     return (
         "; ".join(parts) + ". Delete or re-point those rows, or declare the foreign key "
         "ON DELETE SET NULL (the app row stays and forgets the job) or ON DELETE CASCADE "
-        "(the app row goes with the job); see the README's Retention section"
+        f"(the app row goes with the job); see {RETENTION_PAGE}"
     )

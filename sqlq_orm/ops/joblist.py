@@ -75,8 +75,8 @@ class JobFilter:
     ``{"tenant": "acme"}``: the same type and value, numbers compared as numbers; a
     member holding a list or an object never matches. At most
     :data:`MAX_ARGS_MEMBERS` members. On PostgreSQL this is ``payload @> :json``, which
-    an optional GIN index serves (docs/POSTGRESQL.md); elsewhere the database's JSON
-    functions read every candidate row's payload."""
+    an optional GIN index serves (docs/howto/postgresql-production.md); elsewhere the
+    database's JSON functions read every candidate row's payload."""
     concurrency_key: str | None = None
     """Jobs enqueued with this concurrency key."""
     columns: Mapping[str, Any] | None = None

@@ -149,7 +149,7 @@ class Task(Generic[P, R]):
         here, per call. ``dedupe_key``, ``concurrency_key`` and ``rate_key`` are
         strings or functions of the task's arguments. The other options mean what
         they mean in :meth:`Queue.enqueue <sqlq_orm.Queue.enqueue>`. See the how-to
-        page ``docs/howto/app-columns.md``.
+        page "App columns" (``docs/howto/app-columns.md``).
         """
         given = {k: v for k, v in locals().items() if k != "self" and v is not _UNSET}
         return Task(

@@ -13,6 +13,7 @@ import sys
 import pytest
 
 import sqlq_orm
+from sqlq_orm.core.docs import ERROR_CODES_PAGE
 from tests.support.worker_helpers import ROOT, TEST_HANDLERS, subprocess_env, wait_until
 
 pytestmark = pytest.mark.slow
@@ -292,6 +293,22 @@ def test_cancelling_a_finished_job_says_why_not(sqlite_url):
     result = sqlq("--db", sqlite_url, "cancel", "1")
 
     assert "cannot cancel job 1: it is CANCELLED" in one_error_line(result)
+    # a refusal names the page that explains it (sqlq_orm.core.docs, one constant)
+    assert one_error_line(result).endswith(f"(see {ERROR_CODES_PAGE})")
+
+
+def test_show_of_a_failed_job_names_the_error_codes_page(sqlite_url):
+    queue = sqlq_orm.Queue(sqlq_orm.create_engine(sqlite_url))
+    sqlq("--db", sqlite_url, "migrate")
+    queue.enqueue("x", max_retries=0)
+    (lease,) = queue.claim("w", limit=1, start=True)
+    queue.fail(lease, "UPSTREAM:REFUSED", "no")
+
+    shown = sqlq("--db", sqlite_url, "show", "1")
+    stats = sqlq("--db", sqlite_url, "stats")
+
+    assert f"(error codes: {ERROR_CODES_PAGE})" in shown.stdout
+    assert f"what each code means: {ERROR_CODES_PAGE}" in stats.stdout
 
 
 def test_non_numeric_job_id_is_a_usage_error(sqlite_url):

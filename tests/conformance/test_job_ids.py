@@ -54,7 +54,8 @@ def test_an_id_given_inside_a_transaction_that_rolled_back(queue, engine):
 
     if engine.dialect.name == "sqlite":
         # The rollback took sqlite_sequence back with the job: a never-committed id
-        # comes again (documented: README "Job ids", docs/RELIABILITY.md).
+        # comes again (documented: docs/howto/retention.md "Job ids",
+        # docs/explanation/guarantees.md).
         assert later == rolled_back
     else:
         assert later > rolled_back

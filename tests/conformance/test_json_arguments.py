@@ -3,7 +3,7 @@
 The payload column is JSONB on PostgreSQL, JSON on MariaDB and TEXT on SQLite. What a
 handler reads (``lease.payload``) is the same value everywhere; the stored text is
 byte for byte what was written except on PostgreSQL, whose JSONB keeps the value and
-not its spelling (docs/POSTGRESQL.md).
+not its spelling (docs/howto/postgresql-production.md).
 """
 
 from __future__ import annotations

@@ -300,7 +300,8 @@ def test_a_tasks_return_value_is_its_result_rebuilt_by_the_annotation(tasks):
     shown = sqlq_orm.job_timeline(tasks.queue, billed.id)  # what sqlq show prints
     assert shown.job.result == {"order": 7, "lines": [dataclasses.asdict(home)]}
     assert shown.job.payload == {"order": 7, "to": dataclasses.asdict(home)}  # by name
-    # JSONB keeps an object's keys in its own order (docs/POSTGRESQL.md), so no order here.
+    # JSONB keeps an object's keys in its own order (docs/howto/postgresql-production.md),
+    # so no order here.
     lines = render_timeline_text(shown).splitlines()
     (result_line,) = [line for line in lines if line.startswith("  result ")]
     assert result_line.startswith("  result {") and '"order":7' in result_line

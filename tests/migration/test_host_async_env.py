@@ -2,7 +2,7 @@
 
 The template's ``do_run_migrations`` runs inside ``connection.run_sync``: the
 connection is synchronous there, but its driver (aiosqlite, asyncpg, aiomysql) is
-not. ``safe_migration`` wraps it exactly as in the synchronous template (README,
+not. ``safe_migration`` wraps it exactly as in the synchronous template (docs/howto/alembic.md,
 "asyncio env.py"); the host revision creates sqlq's tables, and a later host revision
 fails once, then the run is repeated.
 """

@@ -287,7 +287,8 @@ def downgrade():
     op.drop_table("orders")
 """
 
-# sqlq_orm ships newer revisions: the host writes a new revision for them, as the README says.
+# sqlq_orm ships newer revisions: the host writes a new revision for them, as
+# docs/howto/alembic.md says.
 SECOND_HEAD_REVISION = """
 from alembic import op
 

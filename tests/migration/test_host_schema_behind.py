@@ -1,8 +1,9 @@
 """A schema behind the code is refused at the queue's first use, naming what to run.
 
-A host that copied the README's one-head revision pinned at ``sqlq_0001`` and never
-took sqlq's later revisions got a raw ``OperationalError: no column concurrency_key``
-at its first enqueue. Now the queue looks at the schema once, before its first use, and raises
+A host that copied the docs' one-head revision (docs/howto/alembic.md) pinned at
+``sqlq_0001`` and never took sqlq's later revisions got a raw
+``OperationalError: no column concurrency_key`` at its first enqueue. Now the queue
+looks at the schema once, before its first use, and raises
 :class:`~sqlq_orm.errors.SchemaBehindCode` naming where the database stands, the
 revision this code needs and the command; and ``sqlq_orm.migrations.upgrade(op, to=...)``
 without ``from_`` starts from where the database stands.

@@ -571,7 +571,7 @@ from sqlq_orm.schema.models import Base as SqlqBase
 
 config = context.config
 engine = create_engine(config.get_main_option("sqlalchemy.url"))
-# safe_migration, as the README says: sqlq revisions rebuild sqlq_jobs on SQLite.
+# safe_migration, as docs/howto/alembic.md says: sqlq revisions rebuild sqlq_jobs on SQLite.
 with engine.connect() as connection, safe_migration(connection):
     context.configure(
         connection=connection, target_metadata=[host_metadata, SqlqBase.metadata]

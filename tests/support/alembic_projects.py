@@ -17,7 +17,7 @@ import sqlalchemy
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-# A host's models, as the README shows them, plus SQLAlchemy's documented foreign-key
+# A host's models, as docs/howto/own-models.md shows them, plus SQLAlchemy's documented foreign-key
 # listener for SQLite (on every Engine: the listener the docs recommend).
 HOST_MODELS = """
 import os
@@ -167,8 +167,8 @@ def alembic_init(root: Path, url: str, *, template: str = "generic") -> Path:
     ini.write_text("\n".join(lines) + "\n")
     (root / "host_models.py").write_text(HOST_MODELS)
     # The one line a host adds to the template when it autogenerates sqlq's tables
-    # (README): Alembic writes a column type by its import path, and payload and result
-    # are sqlq's JSON type (sqlq_0010).
+    # (docs/howto/alembic.md): Alembic writes a column type by its import path, and payload
+    # and result are sqlq's JSON type (sqlq_0010).
     script = root / "migrations" / "script.py.mako"
     template = script.read_text()
     assert "import sqlalchemy as sa\n" in template

@@ -1,6 +1,6 @@
 """The package's layers: every import points down, and no module imports itself back.
 
-The map is ``docs/ARCHITECTURE.md``. Imports are read from the source with :mod:`ast`
+The map is ``docs/explanation/architecture.md``. Imports are read from the source with :mod:`ast`
 (top-level, ``TYPE_CHECKING`` and function-level alike), so a lazy import cannot hide
 an upward dependency or a cycle.
 """

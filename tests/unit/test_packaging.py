@@ -36,7 +36,7 @@ def test_the_project_names_its_urls():
     assert {"Homepage", "Source", "Issues", "Documentation"} <= set(PYPROJECT["project"]["urls"])
 
 
-def test_the_sdist_carries_what_the_readme_links_to(tmp_path):
+def test_the_sdist_carries_what_the_readme_links_to_and_the_docs_sources(tmp_path):
     # Built from a copy, with the backend the project declares: nothing lands in the repo.
     source = tmp_path / "source"
     shutil.copytree(
@@ -46,6 +46,9 @@ def test_the_sdist_carries_what_the_readme_links_to(tmp_path):
             ".git", ".venv", "*.egg-info", "__pycache__", ".*_cache", "test-artifacts", "*.db*"
         ),
     )
+    # A docs build left in the tree must not ship.
+    (source / "docs" / "_build" / "html").mkdir(parents=True, exist_ok=True)
+    (source / "docs" / "_build" / "html" / "index.html").write_text("<html></html>")
     out = tmp_path / "dist"
     subprocess.run(
         [
@@ -58,7 +61,11 @@ def test_the_sdist_carries_what_the_readme_links_to(tmp_path):
     with tarfile.open(sdist) as archive:
         names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
 
-    assert {"LICENSE", "README.md", "docs/ARCHITECTURE.md", "docs/RELIABILITY.md"} <= names
+    assert {"LICENSE", "README.md", "docs/index.md", "docs/conf.py"} <= names
+    assert {"docs/explanation/architecture.md", "docs/explanation/guarantees.md"} <= names
+    assert {"docs/reference/cli.md", "docs/_ext/sqlq_cli.py", "docs/_static/dashboard.png"} <= names
+    assert {"docs/_inventories/sqlalchemy.inv", "docs/tutorial/first-15-minutes.md"} <= names
+    assert not [name for name in names if name.startswith("docs/_build")]
     assert {"examples/hostapp/models.py", "examples/fastapi_app/app.py"} <= names
     assert "sqlq_orm/migrations/versions/0001_initial.py" in names
     assert not [name for name in names if name.endswith((".pyc", ".db"))]

@@ -19,7 +19,7 @@ cannot store), on MariaDB one that is not valid JSON (the JSON type's CHECK refu
 On PostgreSQL it also sets per-table autovacuum settings on ``sqlq_jobs`` (the table is
 updated several times per job and pruned in bulk; the server's default waits for 20 %
 of the table to be dead before vacuuming it, which on a table of a million retained
-jobs is 200,000 dead rows in the claim index). See docs/POSTGRESQL.md; a DBA's own
+jobs is 200,000 dead rows in the claim index). See docs/howto/postgresql-production.md; a DBA's own
 values can replace them afterwards (``ALTER TABLE ... SET``), the downgrade resets them.
 
 The downgrade turns the columns back into ``TEXT``. On PostgreSQL the text is then
@@ -49,7 +49,8 @@ AUTOVACUUM = {
     "autovacuum_analyze_scale_factor": "0.02",
     "autovacuum_vacuum_insert_scale_factor": "0.05",
 }
-"""Storage parameters set on ``sqlq_jobs`` (PostgreSQL); docs/POSTGRESQL.md says why."""
+"""Storage parameters set on ``sqlq_jobs`` (PostgreSQL); why: the docs page
+docs/howto/postgresql-production.md."""
 
 # JSONB refuses the escape \u0000 (and nothing else the library writes); an odd run of
 # backslashes before "u0000" is the escape, an even one a literal backslash then text.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from sqlq_orm.core.docs import ERROR_CODES_PAGE
 from sqlq_orm.ops.render.text import (
     STATUS_ORDER,
     Paint,
@@ -275,9 +276,9 @@ def _section_errors(stats: QueueStats, paint: Paint) -> str:
         [paint(e.error_code or "(none)", "red"), e.failed, e.retrying, e.total]
         for e in stats.errors
     ]
-    return "\n".join(
-        [title, table(["ERROR CODE", "FAILED", "RETRYING", "TOTAL"], rows, right=(1, 2, 3))]
-    )
+    headers = ["ERROR CODE", "FAILED", "RETRYING", "TOTAL"]
+    note = f"  what each code means: {ERROR_CODES_PAGE}"
+    return "\n".join([title, table(headers, rows, right=(1, 2, 3)), note])
 
 
 def _keep(days: int) -> str:

@@ -7,6 +7,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from sqlq_orm.core.docs import ERROR_CODES_PAGE
 from sqlq_orm.ops.render.text import Paint, human_seconds, printable, table, to_json, utc
 from sqlq_orm.ops.timeline import JobTimeline
 
@@ -125,6 +126,7 @@ def render_timeline_text(
                 " :"
             )
         )
+        lines.append(f"  (error codes: {ERROR_CODES_PAGE})")
     if timeline.worker_state is not None:
         state = paint.status(timeline.worker_state.value)
         seen = ""
