@@ -244,6 +244,7 @@ def open_queue(
     import sqlalchemy
 
     from sqlq_orm.core.backoff import RetryPolicy
+    from sqlq_orm.db.tables import Models
     from sqlq_orm.queue.queue import Queue
 
     require_existing_sqlite_file(database_url(db))
