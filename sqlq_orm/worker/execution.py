@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlq_orm.core import error_codes, validation
 from sqlq_orm.core.results import JobResult
-from sqlq_orm.errors import InvalidInput, JobError, Snooze
+from sqlq_orm.errors import InvalidInput, JobError, MaxRuntimeInterrupt, Snooze
 from sqlq_orm.schema.mixins import REF_MAX
 from sqlq_orm.worker.completer import Completer
 from sqlq_orm.worker.handlers import AsyncJobContext, Handler, HandlerRegistry
@@ -108,8 +108,14 @@ class JobExecutor:
         return handler
 
     def _call_handler(self, run: JobRun) -> Outcome:
+        context = run.context
         try:
-            returned = self._handler_of(run)(run.context)
+            handler = self._handler_of(run)
+            # Interruptible at the job's max runtime (sqlq_orm.worker.interrupt).
+            returned = context._in_thread().call(lambda: handler(context))
+        except MaxRuntimeInterrupt:
+            log.warning("%s interrupted at its max runtime", run.describe())
+            return Outcome(error_codes.MAX_RUNTIME, "interrupted at its max runtime")
         except BaseException as exc:  # noqa: BLE001 - a handler must never kill its thread silently
             return self._outcome_of_error(run, exc)
         return self._outcome_of_return(returned)

@@ -32,7 +32,9 @@ runtime (noticed at the job's own deadline, or a heartbeat refused with
 (the database is locked or down: the worker *self-fences*, measured with
 ``time.monotonic()`` from the last heartbeat that succeeded, and never reports
 success for that job). Python cannot kill a thread, so an abandoned handler may keep
-running; its slot is freed at once so one hung handler cannot starve the worker, and
+running (one past its max runtime is interrupted first, :mod:`~sqlq_orm.worker.interrupt`:
+a Python loop stops, a call stuck in C does not); its slot is freed at once so one
+hung handler cannot starve the worker, and
 a fresh handler thread takes its place, and at most ``max_abandoned`` such threads may
 linger before abandoned jobs start holding on to their slots (bounding the thread
 count at ``concurrency + max_abandoned``; see :mod:`~sqlq_orm.worker.runs`). Handler
@@ -439,6 +441,7 @@ class Worker:
         if lease.max_runtime_seconds is not None:
             # Counted from before the claim was sent: never later than the database's.
             run.deadline = leased_at + lease.max_runtime_seconds
+            context._set_deadline(run.deadline)  # ctx.time_left
         return run
 
     # ----------------------------------------------------------------- liveness
