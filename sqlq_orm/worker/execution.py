@@ -23,6 +23,7 @@ from sqlq_orm.worker.handlers import AsyncJobContext, Handler, HandlerRegistry
 from sqlq_orm.worker.outcomes import INVALID_RESULT, PLAIN_SUCCESS, Outcome, outcome_of_exception
 from sqlq_orm.worker.prefetch import PrefetchGauge
 from sqlq_orm.worker.runs import JobRun, RunTable
+from sqlq_orm.worker.starting import Starter
 from sqlq_orm.worker.stats import WorkerStats
 
 log = logging.getLogger("sqlq_orm.worker")
@@ -44,7 +45,9 @@ class JobExecutor:
         prefetch: PrefetchGauge,
         *,
         worker_id: str,
+        starter: Starter | None = None,
     ) -> None:
+        self.starter = starter  # starts prefetched (CLAIMED) jobs before their handler
         self.prefetch = prefetch
         self.handlers = handlers
         self.runs = runs
@@ -54,6 +57,8 @@ class JobExecutor:
 
     def execute(self, run: JobRun) -> None:
         """Call the handler of ``run``'s job and hand over its outcome (never raises)."""
+        if not run.lease.started and self.starter is not None and not self.starter.start(run):
+            return  # its lease was lost, or the database refused the start
         if not self.runs.begin_handler(run):
             return  # given up on while it waited for a thread (lease lost, shutdown)
         began = time.monotonic()
@@ -73,6 +78,12 @@ class JobExecutor:
         task = asyncio.current_task()
         if isinstance(context, AsyncJobContext) and task is not None:
             context._attach(task)  # from now on, giving up on the job cancels the task
+        if (
+            not run.lease.started
+            and self.starter is not None
+            and not await asyncio.to_thread(self.starter.start, run)
+        ):
+            return  # as in execute(); the start's write is kept off the loop's thread
         if not self.runs.begin_handler(run):
             return
         began = time.monotonic()

@@ -88,6 +88,7 @@ from sqlq_orm.worker.pool import HandlerPool
 from sqlq_orm.worker.prefetch import PrefetchGauge
 from sqlq_orm.worker.runs import JobRun, RunTable, count_stuck, describe_stuck
 from sqlq_orm.worker.scheduling import SchedulerThread
+from sqlq_orm.worker.starting import Starter, start_at_most
 from sqlq_orm.worker.stats import WorkerStats
 from sqlq_orm.worker.stopping import StopRequests
 from sqlq_orm.worker.sweeping import DEFAULT_SWEEP_INTERVAL, SweepSchedule, run_sweeper, sweep_once
@@ -276,6 +277,7 @@ class Worker:
             self._completer,
             self._prefetch,
             worker_id=self.worker_id,
+            starter=Starter(self.queue, self._runs, self._heartbeat.watch_deadline),
         )
         if self.handlers.has_coroutines:
             self._loop = HandlerLoop(executor.execute_async, self.handlers.loop_cleanups)
@@ -339,6 +341,11 @@ class Worker:
                     limit=free,
                     lease_seconds=self.lease_seconds,
                     start=True,
+                    # Slow handlers: the prefetch stays CLAIMED until its handler is
+                    # about to run (worker/starting.py).
+                    start_at_most=start_at_most(
+                        self._prefetch, self.concurrency, len(self.running_jobs)
+                    ),
                     # Tasks with lease= are held that long from the claim on.
                     lease_seconds_by_type=self._own_leases,
                 )
