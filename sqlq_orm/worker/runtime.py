@@ -33,12 +33,12 @@ runtime (noticed at the job's own deadline, or a heartbeat refused with
 ``time.monotonic()`` from the last heartbeat that succeeded, and never reports
 success for that job). Python cannot kill a thread, so an abandoned handler may keep
 running (one past its max runtime is interrupted first, :mod:`~sqlq_orm.worker.interrupt`:
-a Python loop stops, a call stuck in C does not); its slot is freed at once so one
-hung handler cannot starve the worker, and
-a fresh handler thread takes its place, and at most ``max_abandoned`` such threads may
-linger before abandoned jobs start holding on to their slots (bounding the thread
-count at ``concurrency + max_abandoned``; see :mod:`~sqlq_orm.worker.runs`). Handler
-threads are daemons: a hung handler never keeps the process from exiting.
+a Python loop stops, a call stuck in C does not); its slot is freed at once so one hung
+handler cannot starve the worker, and a fresh handler thread takes its place, and at
+most ``max_abandoned`` such threads may linger before abandoned jobs start holding on
+to their slots (bounding the thread count at ``concurrency + max_abandoned``; see
+:mod:`~sqlq_orm.worker.runs`). Handler threads are daemons: a hung handler never keeps
+the process from exiting.
 
 **Stuck handlers.** Once more abandoned threads are alive than ``max_abandoned``,
 the worker logs an ERROR naming the budget and the stuck jobs, shuts down gracefully
@@ -134,8 +134,10 @@ class Worker:
     reach within a quarter of a second at the handlers' recent pace (none for slow
     jobs, whose lease and max runtime would otherwise start counting long before they
     run; see :mod:`~sqlq_orm.worker.prefetch`). Prefetched jobs go back to the queue at
-    once on shutdown; those of a worker that is killed come back like its running
-    ones, when their lease expires. 0 claims only for idle threads.
+    once on shutdown; those of a worker that is killed come back when their lease
+    expires, with no retry spent when its handlers average 50 ms or more (its prefetch
+    is then started job by job, see :mod:`~sqlq_orm.worker.starting`). 0 claims only
+    for idle threads.
     ``poll_interval`` is how long an idle worker waits before asking
     again, at most: it wakes at once when jobs are enqueued (in this process, or in
     another through the database: PostgreSQL ``NOTIFY``, SQLite ``PRAGMA
@@ -445,7 +447,7 @@ class Worker:
             columns=lease.columns,
         )
         run = JobRun(lease=lease, context=context)
-        if lease.max_runtime_seconds is not None:
+        if lease.max_runtime_seconds is not None and lease.started:  # else at its start
             # Counted from before the claim was sent: never later than the database's.
             run.deadline = leased_at + lease.max_runtime_seconds
             context._set_deadline(run.deadline)  # ctx.time_left
