@@ -203,16 +203,17 @@ class BatchedLeaseCalls(FailureRecording):
                 if connection.execute(self.sql.release, self._lease_params(lease)).rowcount != 1:
                     lost.append(lease)
                     continue
-                if lease.started:
-                    attempts.append(
-                        {
-                            "p_job_id": lease.job_id,
-                            "p_attempt": lease.attempt,
-                            "p_attempt_status": AttemptStatus.RELEASED.value,
-                            "p_code": None,
-                            "p_detail": detail,
-                        }
-                    )
+                # Also for a lease not known to be started: a start_many racing this
+                # release may have opened its attempt (matches nothing otherwise).
+                attempts.append(
+                    {
+                        "p_job_id": lease.job_id,
+                        "p_attempt": lease.attempt,
+                        "p_attempt_status": AttemptStatus.RELEASED.value,
+                        "p_code": None,
+                        "p_detail": detail,
+                    }
+                )
                 events.append(
                     self._event(lease.job_id, Event.RELEASED, lease.worker_id, {"reason": reason})
                 )

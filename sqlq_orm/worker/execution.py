@@ -122,8 +122,10 @@ class JobExecutor:
         context = run.context
         try:
             handler = self._handler_of(run)
-            # Interruptible at the job's max runtime (sqlq_orm.worker.interrupt).
-            returned = context._in_thread().call(lambda: handler(context))
+            if run.lease.max_runtime_seconds is None:
+                returned = handler(context)
+            else:  # interruptible at its max runtime (sqlq_orm.worker.interrupt)
+                returned = context._in_thread().call(lambda: handler(context))
         except MaxRuntimeInterrupt:
             log.warning("%s interrupted at its max runtime", run.describe())
             return Outcome(error_codes.MAX_RUNTIME, "interrupted at its max runtime")
