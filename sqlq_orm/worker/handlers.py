@@ -332,9 +332,9 @@ class JobContext:
     def _give_up(self, reason: str, *, runtime_exceeded: bool = False) -> bool:
         """Mark the job as no longer ours; return False if it already was.
 
-        Past its max runtime, a handler running on a thread is also interrupted
-        (:class:`~sqlq_orm.errors.MaxRuntimeInterrupt`, see
-        :mod:`sqlq_orm.worker.interrupt`).
+        Past its max runtime, a handler running on a thread that has not returned a
+        second later is interrupted (:class:`~sqlq_orm.errors.MaxRuntimeInterrupt`,
+        see :mod:`sqlq_orm.worker.interrupt`).
         """
         with self._lock:
             if self._reason is not None:
@@ -346,7 +346,7 @@ class JobContext:
         if stop is not None:
             stop.set()
         if thread is not None:
-            thread.interrupt()
+            thread.interrupt_after()  # a grace to return by itself first
         return True
 
     def _in_thread(self) -> HandlerThread:

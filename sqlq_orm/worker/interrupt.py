@@ -30,6 +30,11 @@ from sqlq_orm.errors import MaxRuntimeInterrupt
 
 T = TypeVar("T")
 
+INTERRUPT_GRACE = 1.0
+"""Seconds between a handler being told to stop at its max runtime (``should_stop``,
+which wakes ``ctx.sleep``) and the exception raised in its thread: a handler that looks
+at its context returns by itself first (Celery's soft, then hard, time limit)."""
+
 _set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
 _set_async_exc.argtypes = (ctypes.c_ulong, ctypes.py_object)
 _set_async_exc.restype = ctypes.c_int
@@ -96,6 +101,12 @@ class HandlerThread:
             if self._thread_id is not None:
                 self._sent = raise_in_thread(self._thread_id, MaxRuntimeInterrupt)
             return True
+
+    def interrupt_after(self, seconds: float = INTERRUPT_GRACE) -> None:
+        """:meth:`interrupt` in ``seconds``, unless the handler has returned by then."""
+        timer = threading.Timer(seconds, self.interrupt)
+        timer.daemon = True
+        timer.start()
 
     def _leave(self) -> None:
         with self._lock:
