@@ -72,7 +72,7 @@ def one_run(args: argparse.Namespace, spinners: int) -> dict[str, float]:
         began = time.perf_counter()
         stats = worker.run()
         elapsed = time.perf_counter() - began
-        time.sleep(0.5)  # an interrupted spinner's thread has returned by now
+        time.sleep(1.5)  # past the interrupt's 1 s grace: a stopped spinner has returned
         alive = sum(1 for t in threading.enumerate() if t.name.startswith("sqlq-handler"))
         engine.dispose()
     return {"seconds": elapsed, "succeeded": stats.succeeded, "handler_threads_left": alive}
