@@ -219,6 +219,27 @@ class HandlersStuck(SqlqError):
         )
 
 
+class MaxRuntimeInterrupt(BaseException):  # noqa: N818 - an interruption, named like one
+    """Raised inside a handler thread when its job runs past ``max_runtime_seconds``.
+
+    The worker's thread pool raises it in the handler's own thread (CPython's
+    asynchronous exception) so that a handler spinning in Python code stops and its
+    thread returns; see :mod:`sqlq_orm.worker.interrupt`. Its outcome is discarded and
+    the job ends ``TIMEOUT:MAX_RUNTIME``, as for any job past its max runtime.
+
+    A ``BaseException``, not a :class:`SqlqError`, on purpose (as ``KeyboardInterrupt``
+    and ``asyncio.CancelledError`` are, and Dramatiq's ``TimeLimitExceeded``): a
+    handler's ``except Exception:`` must not swallow it and keep going. Clean up in
+    ``finally`` blocks; do not catch it. Code inside one C call (a blocking read, a
+    long ``time.sleep``) sees it only when that call returns.
+    """
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(
+            message or "the job ran past its max runtime; the worker interrupted its handler"
+        )
+
+
 class JobFailed(SqlqError):
     """The job whose result was asked for ended FAILED or CANCELLED.
 

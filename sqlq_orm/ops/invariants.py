@@ -108,6 +108,8 @@ _OPEN = AttemptStatus.RUNNING.value
 _SUCCEEDED = AttemptStatus.SUCCEEDED.value
 _MOVERS_AFTER = frozenset({Event.RECOVERED, Event.TIMED_OUT})
 _FOLLOW_UPS = frozenset({Event.RETRY_SCHEDULED, Event.FAILED})
+# A recovered lease of a job that never started goes back with no retry spent.
+_FREE_FOLLOW_UPS = {Event.RECOVERED: frozenset({Event.RELEASED})}
 
 
 @dataclass(frozen=True)
@@ -543,9 +545,11 @@ def replay_problem(timeline: Sequence[str], status: str) -> str | None:
         states &= HELD
         if event in _MOVERS_AFTER:
             following = timeline[index] if index < len(timeline) else None
-            if following not in {f.value for f in _FOLLOW_UPS}:
+            allowed = _FOLLOW_UPS | _FREE_FOLLOW_UPS.get(event, frozenset())
+            if following not in {f.value for f in allowed}:
                 return (
-                    f"event #{index} {name} must be followed by RETRY_SCHEDULED or FAILED, "
+                    f"event #{index} {name} must be followed by "
+                    f"{' or '.join(sorted(f.value for f in allowed))}, "
                     f"got {following}"
                 )
     if status not in {state.value for state in states}:

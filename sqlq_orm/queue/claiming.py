@@ -61,6 +61,7 @@ class Claiming(QueueCore):
         lease_seconds: int | None = None,
         start: bool = False,
         lease_seconds_by_type: Mapping[str, int] | None = None,
+        start_at_most: int | None = None,
     ) -> list[Lease]:
         """Lease up to ``limit`` ready jobs to ``worker_id``: highest priority, then oldest.
 
@@ -74,6 +75,12 @@ class Claiming(QueueCore):
         ``lease_seconds_by_type`` gives job types a lease length of their own (a task's
         ``lease=``): their jobs are claimed with it, in the claim's transaction, so a
         long task is not swept before its first heartbeat, nor a short one held long.
+
+        ``start_at_most`` (with ``start=True``): start only the first that many jobs
+        (in claim order) and leave the rest CLAIMED, for
+        :meth:`~sqlq_orm.Queue.start_many` once their handler is about to run. A
+        worker claims its prefetch so: a job claimed but never started costs no retry
+        when its lease is recovered (:meth:`~sqlq_orm.Queue.sweep`).
         """
         validation.require_name("worker_id", worker_id, WORKER_ID_MAX)
         queue_names = validation.claim_queues(queues, QUEUE_MAX)
@@ -82,9 +89,12 @@ class Claiming(QueueCore):
             self.default_lease_seconds if lease_seconds is None else lease_seconds
         )
         by_type = self._lease_lengths(lease_seconds_by_type, seconds)
+        starting = limit if start else 0
+        if start and start_at_most is not None:
+            starting = min(limit, validation.require_int("start_at_most", start_at_most, minimum=0))
         for _ in range(_CONCURRENCY_ROUNDS):
             try:
-                return self._claim_once(worker_id, queue_names, limit, seconds, start, by_type)
+                return self._claim_once(worker_id, queue_names, limit, seconds, starting, by_type)
             except _KeyOverLimit as exc:
                 # Rolled back: a concurrent claim took the last places of these keys.
                 log.debug("claim rolled back, concurrency keys over limit: %s", exc)
@@ -103,9 +113,59 @@ class Claiming(QueueCore):
         queue_names: list[str],
         limit: int,
         seconds: int,
-        start: bool,
+        starting: int,
         by_type: Mapping[str, int] | None = None,
     ) -> list[Lease]:
+        """Claim up to ``limit`` jobs, the first ``starting`` of them started: one
+        claim statement, or two in one transaction (started, then CLAIMED)."""
+        leases: list[Lease] = []
+        with self._write() as connection:
+            rows_by_start: list[tuple[bool, list[Any]]] = []
+            for start, want in ((True, starting), (False, limit - starting)):
+                if want > 0:
+                    rows_by_start.append(
+                        (
+                            start,
+                            self._claim_part(
+                                connection, worker_id, queue_names, want, seconds, start
+                            ),
+                        )
+                    )
+            if not any(rows for _, rows in rows_by_start):
+                return []
+            if self.sql.recheck_concurrency:
+                self._recount_keys(connection, [row for _, rows in rows_by_start for row in rows])
+            for start, rows in rows_by_start:
+                if not rows:
+                    continue
+                part = self._leases_from_rows(rows, worker_id, started=start)
+                if not self.sql.history_in_one_statement:  # else the claim wrote them
+                    # Attempt rows (which stand for the CLAIMED and STARTED events) or
+                    # the CLAIMED events, in SQL from the rows just claimed: one statement.
+                    history = {
+                        "p_ids": [lease.job_id for lease in part],
+                        "p_lease_seconds": seconds,
+                    }
+                    if start:
+                        self.sql.write(connection, self.sql.open_attempts_of_batch, history)
+                    else:
+                        self.sql.write(connection, self.sql.claim_events_of_batch, history)
+                if by_type:
+                    self._set_own_leases(connection, part, by_type, started=start)
+                leases += part
+        leases.sort(key=lambda lease: lease.job_id)
+        return leases
+
+    def _claim_part(
+        self,
+        connection: Connection,
+        worker_id: str,
+        queue_names: list[str],
+        limit: int,
+        seconds: int,
+        start: bool,
+    ) -> list[Any]:
+        """The rows of up to ``limit`` jobs claimed (and started, with ``start``)."""
         tokens = lease_tokens(limit)
         statement, params = self.sql.claim_for(queue_names, start=start)
         params.update(
@@ -114,29 +174,12 @@ class Claiming(QueueCore):
             p_lease_seconds=seconds,
             tokens=self.dialect.bind_tokens(tokens),
         )
-        with self._write() as connection:
-            rows = self._claim_rows(connection, statement, params, limit)
-            if len(rows) < limit and self.tables.queues is not None:
-                rows += self._claim_rate_limited(
-                    connection, queue_names, limit - len(rows), params, start
-                )
-            if not rows:
-                return []
-            if self.sql.recheck_concurrency:
-                self._recount_keys(connection, rows)
-            leases = self._leases_from_rows(rows, worker_id, started=start)
-            if not self.sql.history_in_one_statement:  # else the claim wrote them
-                # Attempt rows (which stand for the CLAIMED and STARTED events) or the
-                # CLAIMED events, in SQL from the rows just claimed: one statement.
-                history = {"p_ids": [lease.job_id for lease in leases], "p_lease_seconds": seconds}
-                if start:
-                    self.sql.write(connection, self.sql.open_attempts_of_batch, history)
-                else:
-                    self.sql.write(connection, self.sql.claim_events_of_batch, history)
-            if by_type:
-                self._set_own_leases(connection, leases, by_type, started=start)
-        leases.sort(key=lambda lease: lease.job_id)
-        return leases
+        rows = self._claim_rows(connection, statement, params, limit)
+        if len(rows) < limit and self.tables.queues is not None:
+            rows += self._claim_rate_limited(
+                connection, queue_names, limit - len(rows), params, start
+            )
+        return rows
 
     @staticmethod
     def _lease_lengths(by_type: Mapping[str, int] | None, seconds: int) -> dict[str, int]:

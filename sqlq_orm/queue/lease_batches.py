@@ -203,16 +203,17 @@ class BatchedLeaseCalls(FailureRecording):
                 if connection.execute(self.sql.release, self._lease_params(lease)).rowcount != 1:
                     lost.append(lease)
                     continue
-                if lease.started:
-                    attempts.append(
-                        {
-                            "p_job_id": lease.job_id,
-                            "p_attempt": lease.attempt,
-                            "p_attempt_status": AttemptStatus.RELEASED.value,
-                            "p_code": None,
-                            "p_detail": detail,
-                        }
-                    )
+                # Also for a lease not known to be started: a start_many racing this
+                # release may have opened its attempt (matches nothing otherwise).
+                attempts.append(
+                    {
+                        "p_job_id": lease.job_id,
+                        "p_attempt": lease.attempt,
+                        "p_attempt_status": AttemptStatus.RELEASED.value,
+                        "p_code": None,
+                        "p_detail": detail,
+                    }
+                )
                 events.append(
                     self._event(lease.job_id, Event.RELEASED, lease.worker_id, {"reason": reason})
                 )
@@ -220,6 +221,54 @@ class BatchedLeaseCalls(FailureRecording):
                 connection.execute(self.sql.close_open_attempt, attempts)
             self._write_events(connection, events)
         return lost
+
+    @retry_if_rolled_back
+    def start_many(self, leases: Sequence[Lease]) -> list[Lease]:
+        """Start a batch of CLAIMED jobs in one transaction, as
+        :meth:`~sqlq_orm.queue.leases.LeaseCalls.start` starts one: RUNNING, attempt
+        opened, STARTED event, each fenced by its own token.
+
+        A worker claims its prefetch without starting it and starts each job just
+        before its handler runs, so a worker that dies holding a prefetch is charged
+        only for the jobs it really started (:meth:`~sqlq_orm.Queue.sweep` gives an
+        expired CLAIMED lease back without spending a retry). Returns the leases that
+        were no longer held; nothing was written for them. The others are updated in
+        place (``attempt``, ``deadline_at``, ``started``).
+        """
+        by_id = self._distinct_leases(leases, "start_many")
+        if not by_id:
+            return []
+        params = {"p_ids": list(by_id), "p_pairs": [(i, lease.token) for i, lease in by_id.items()]}
+        with self._write() as connection:
+            rows, _ = self.sql.run_returning(connection, self.sql.start_batch, params)
+            started = []
+            for row in rows:
+                lease = by_id[row.id]
+                lease.attempt = row.attempt_count
+                lease.deadline_at = row.deadline_at
+                started.append(lease)
+            if started:
+                self.sql.write(
+                    connection,
+                    self.sql.open_attempt,
+                    [
+                        {"p_job_id": lease.job_id, "p_attempt": lease.attempt,
+                         "p_worker": lease.worker_id}
+                        for lease in started
+                    ],
+                )  # fmt: skip
+                self._write_events(
+                    connection,
+                    [
+                        self._event(
+                            lease.job_id, Event.STARTED, lease.worker_id, {"attempt": lease.attempt}
+                        )
+                        for lease in started
+                    ],
+                )
+        for lease in started:
+            lease.started = True
+        return [lease for lease in by_id.values() if not lease.started]
 
     def _distinct_leases(self, leases: Sequence[Lease], call: str) -> dict[int, Lease]:
         by_id: dict[int, Lease] = {}

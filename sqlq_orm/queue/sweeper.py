@@ -59,6 +59,12 @@ class Sweeping(FailureRecording):
         updated only if it still has the status and token the sweeper saw, so a sweep
         racing a finish or a fresh claim never overwrites it.
 
+        A job whose expired lease was only CLAIMED (claimed, never started: a dead
+        worker's prefetch) spends no retry: RECOVERED, then RELEASED back to the queue
+        at once, with no attempt row, as a graceful shutdown would have released it.
+        Only a run that started is charged (a poison job that kills its worker still
+        spends its retries).
+
         ``retry_delays(job_type, retry_number)`` gives the seconds before a requeued
         job's retry (1 for its first retry), or None for the queue's retry policy: a
         worker passes its registry's, so a task's ``backoff=`` applies to runs the
@@ -138,6 +144,11 @@ class Sweeping(FailureRecording):
             tried.extend(row.id for row in [*rows, *late])
             runs: list[FailedRun] = []
             reasons: list[str] = []
+            unstarted = [row for row in rows if row.status == JobStatus.CLAIMED.value]
+            released = self._release_unstarted(connection, unstarted, actor, deferred)
+            expired += released
+            requeued += released
+            rows = [row for row in rows if row.status != JobStatus.CLAIMED.value]
             for row, reason in [(r, "expired") for r in rows] + [(r, "timed_out") for r in late]:
                 status = JobStatus(row.status)
                 if reason == "expired":
@@ -213,3 +224,38 @@ class Sweeping(FailureRecording):
                 expired, timed_out, requeued, failed,
             )  # fmt: skip
         return SweepResult(expired, timed_out, requeued, failed)
+
+    def _release_unstarted(
+        self, connection: Any, rows: list[Any], actor: str, deferred: DeferredWrites
+    ) -> int:
+        """Give back the jobs of ``rows`` (expired leases, CLAIMED: never started) with no
+        retry spent; return how many the guard let through. Events go to ``deferred``."""
+        released = 0
+        for row in rows:
+            params = {"p_id": row.id, "p_token": row.lease_token}
+            if connection.execute(self.sql.release_unstarted, params).rowcount != 1:
+                continue  # moved since it was read (it is locked: should not happen)
+            released += 1
+            expired_at = datetime.fromtimestamp(row.lease_expires_at, UTC)
+            deferred.events += [
+                self._event(
+                    row.id,
+                    Event.RECOVERED,
+                    actor,
+                    {
+                        "worker": row.claimed_by,
+                        "was": JobStatus.CLAIMED.value,
+                        "lease_expires_at": row.lease_expires_at,
+                    },
+                ),
+                self._event(
+                    row.id,
+                    Event.RELEASED,
+                    actor,
+                    {
+                        "reason": f"claimed by {row.claimed_by}, never started; lease "
+                        f"expired at {expired_at:%Y-%m-%d %H:%M:%S}Z; no retry spent"
+                    },
+                ),
+            ]
+        return released

@@ -112,7 +112,8 @@ ANNOTATIONS = frozenset({Event.HEARTBEAT, Event.RECOVERED, Event.TIMED_OUT})
 """Events that explain what happened without moving the job themselves.
 
 ``RECOVERED`` and ``TIMED_OUT`` are always followed, in the same transaction, by the
-``RETRY_SCHEDULED`` or ``FAILED`` that does move it.
+``RETRY_SCHEDULED`` or ``FAILED`` that does move it (or, for a recovered lease of a
+job that was claimed but never started, the ``RELEASED`` that gives it back free).
 """
 
 

@@ -16,13 +16,14 @@ from typing import Any
 
 from sqlq_orm.core import error_codes, validation
 from sqlq_orm.core.results import JobResult
-from sqlq_orm.errors import InvalidInput, JobError, Snooze
+from sqlq_orm.errors import InvalidInput, JobError, MaxRuntimeInterrupt, Snooze
 from sqlq_orm.schema.mixins import REF_MAX
 from sqlq_orm.worker.completer import Completer
 from sqlq_orm.worker.handlers import AsyncJobContext, Handler, HandlerRegistry
 from sqlq_orm.worker.outcomes import INVALID_RESULT, PLAIN_SUCCESS, Outcome, outcome_of_exception
 from sqlq_orm.worker.prefetch import PrefetchGauge
 from sqlq_orm.worker.runs import JobRun, RunTable
+from sqlq_orm.worker.starting import Starter
 from sqlq_orm.worker.stats import WorkerStats
 
 log = logging.getLogger("sqlq_orm.worker")
@@ -44,7 +45,9 @@ class JobExecutor:
         prefetch: PrefetchGauge,
         *,
         worker_id: str,
+        starter: Starter | None = None,
     ) -> None:
+        self.starter = starter  # starts prefetched (CLAIMED) jobs before their handler
         self.prefetch = prefetch
         self.handlers = handlers
         self.runs = runs
@@ -54,6 +57,8 @@ class JobExecutor:
 
     def execute(self, run: JobRun) -> None:
         """Call the handler of ``run``'s job and hand over its outcome (never raises)."""
+        if not run.lease.started and self.starter is not None and not self.starter.start(run):
+            return  # its lease was lost, or the database refused the start
         if not self.runs.begin_handler(run):
             return  # given up on while it waited for a thread (lease lost, shutdown)
         began = time.monotonic()
@@ -73,6 +78,12 @@ class JobExecutor:
         task = asyncio.current_task()
         if isinstance(context, AsyncJobContext) and task is not None:
             context._attach(task)  # from now on, giving up on the job cancels the task
+        if (
+            not run.lease.started
+            and self.starter is not None
+            and not await asyncio.to_thread(self.starter.start, run)
+        ):
+            return  # as in execute(); the start's write is kept off the loop's thread
         if not self.runs.begin_handler(run):
             return
         began = time.monotonic()
@@ -146,8 +157,16 @@ def call_handler(handlers: HandlerRegistry, run: JobRun, worker_id: str) -> Outc
     The single-run path, with no pool, no lease and no database: the thread pool
     calls it on a handler thread, a process pool's child in its own process.
     """
+    context = run.context
     try:
-        returned = handler_of(handlers, run, worker_id)(run.context)
+        handler = handler_of(handlers, run, worker_id)
+        if run.lease.max_runtime_seconds is None:
+            returned = handler(context)
+        else:  # interruptible at its max runtime (sqlq_orm.worker.interrupt)
+            returned = context._in_thread().call(lambda: handler(context))
+    except MaxRuntimeInterrupt:
+        log.warning("%s interrupted at its max runtime", run.describe())
+        return Outcome(error_codes.MAX_RUNTIME, "interrupted at its max runtime")
     except BaseException as exc:  # noqa: BLE001 - a handler must never kill its thread silently
         return JobExecutor._outcome_of_error(run, exc)
     return JobExecutor._outcome_of_return(returned)

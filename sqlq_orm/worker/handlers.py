@@ -46,6 +46,7 @@ from sqlq_orm.core.schedule import (
     Schedule,
 )
 from sqlq_orm.errors import InvalidInput
+from sqlq_orm.worker.interrupt import HandlerThread
 
 Handler = Callable[["JobContext"], Any]
 """A job handler: called with the job's context, in a worker thread (or, for a
@@ -310,6 +311,8 @@ class JobContext:
         self._lock = threading.Lock()
         self._reason: str | None = None
         self._renewed_at = leased_at  # monotonic time the claim was sent
+        self._deadline: float | None = None  # monotonic time of the max runtime, if any
+        self._thread: HandlerThread | None = None  # the handler's, while it runs
         self.runtime_exceeded = False
         """True once the job ran past its ``max_runtime_seconds``."""
 
@@ -327,16 +330,38 @@ class JobContext:
             self._renewed_at = max(self._renewed_at, at)
 
     def _give_up(self, reason: str, *, runtime_exceeded: bool = False) -> bool:
-        """Mark the job as no longer ours; return False if it already was."""
+        """Mark the job as no longer ours; return False if it already was.
+
+        Past its max runtime, a handler running on a thread that has not returned a
+        second later is interrupted (:class:`~sqlq_orm.errors.MaxRuntimeInterrupt`,
+        see :mod:`sqlq_orm.worker.interrupt`).
+        """
         with self._lock:
             if self._reason is not None:
                 return False
             self._reason = reason
             self.runtime_exceeded = self.runtime_exceeded or runtime_exceeded
             stop = self._stop
+            thread = self._thread if runtime_exceeded else None
         if stop is not None:
             stop.set()
+        if thread is not None:
+            thread.interrupt_after()  # a grace to return by itself first
         return True
+
+    def _in_thread(self) -> HandlerThread:
+        """The handler is about to run on this thread: what stops it at its max runtime."""
+        thread = HandlerThread()
+        with self._lock:
+            self._thread = thread
+            late = self.runtime_exceeded
+        if late:
+            thread.interrupt()  # given up on at its deadline before it began
+        return thread
+
+    def _set_deadline(self, deadline: float | None) -> None:
+        """The job's max runtime ends at monotonic time ``deadline`` (None: it has none)."""
+        self._deadline = deadline
 
     def _check_fence(self) -> None:
         """Give up for good once no heartbeat has renewed the lease for a whole lease.
@@ -379,6 +404,21 @@ class JobContext:
     def lease_lost(self) -> bool:
         """True once the lease is gone for any reason (same as ``should_stop``)."""
         return self.should_stop
+
+    @property
+    def time_left(self) -> float | None:
+        """Seconds left before the job's ``max_runtime_seconds`` runs out (0.0 once
+        past it), or None if it has no max runtime.
+
+        For cooperative checks (huey's ``time_remaining``): a long handler can stop
+        cleanly, or size its next step, before the worker gives up on it. Counted from
+        just before the worker claimed (or started) the job, on this worker's
+        monotonic clock, so it never overstates what is left.
+        """
+        deadline = self._deadline
+        if deadline is None:
+            return None
+        return max(0.0, deadline - time.monotonic())
 
     @property
     def shutdown_requested(self) -> bool:

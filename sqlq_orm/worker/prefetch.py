@@ -41,6 +41,11 @@ class PrefetchGauge:
             else:
                 self._average += _SMOOTHING * (seconds - self._average)
 
+    def average(self) -> float | None:
+        """The handlers' recent average duration in seconds; None before the first."""
+        with self._lock:
+            return self._average
+
     def allowed(self) -> int:
         """How many jobs may wait for a thread: those all ``threads`` reach in ``max_wait``."""
         with self._lock:

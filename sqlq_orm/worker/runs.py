@@ -87,8 +87,9 @@ def run_for(
         columns=lease.columns,
     )
     run = JobRun(lease=lease, context=context)
-    if lease.max_runtime_seconds is not None:
+    if lease.max_runtime_seconds is not None and lease.started:  # else from its start
         run.deadline = leased_at + lease.max_runtime_seconds
+        context._set_deadline(run.deadline)  # ctx.time_left
     return run
 
 

@@ -34,11 +34,13 @@ runtime (noticed at the job's own deadline, or a heartbeat refused with
 (the database is locked or down: the worker *self-fences*, measured with
 ``time.monotonic()`` from the last heartbeat that succeeded, and never reports
 success for that job). Python cannot kill a thread, so an abandoned handler may keep
-running; its slot is freed at once so one hung handler cannot starve the worker, and
-a fresh handler thread takes its place, and at most ``max_abandoned`` such threads may
-linger before abandoned jobs start holding on to their slots (bounding the thread
-count at ``concurrency + max_abandoned``; see :mod:`~sqlq_orm.worker.runs`). Handler
-threads are daemons: a hung handler never keeps the process from exiting.
+running (one past its max runtime is interrupted first, :mod:`~sqlq_orm.worker.interrupt`:
+a Python loop stops, a call stuck in C does not); its slot is freed at once so one hung
+handler cannot starve the worker, and a fresh handler thread takes its place, and at
+most ``max_abandoned`` such threads may linger before abandoned jobs start holding on
+to their slots (bounding the thread count at ``concurrency + max_abandoned``; see
+:mod:`~sqlq_orm.worker.runs`). Handler threads are daemons: a hung handler never keeps
+the process from exiting.
 
 **Stuck handlers.** Once more abandoned threads are alive than ``max_abandoned``,
 the worker logs an ERROR naming the budget and the stuck jobs, shuts down gracefully
@@ -94,6 +96,7 @@ from sqlq_orm.worker.prefetch import PrefetchGauge
 from sqlq_orm.worker.releasing import release_runs
 from sqlq_orm.worker.runs import JobRun, RunTable, count_stuck, describe_stuck, run_for
 from sqlq_orm.worker.scheduling import SchedulerThread
+from sqlq_orm.worker.starting import Starter, start_at_most
 from sqlq_orm.worker.stats import WorkerStats
 from sqlq_orm.worker.stopping import StopRequests
 from sqlq_orm.worker.sweeping import DEFAULT_SWEEP_INTERVAL, SweepSchedule, run_sweeper, sweep_once
@@ -139,8 +142,10 @@ class Worker:
     reach within a quarter of a second at the handlers' recent pace (none for slow
     jobs, whose lease and max runtime would otherwise start counting long before they
     run; see :mod:`~sqlq_orm.worker.prefetch`). Prefetched jobs go back to the queue at
-    once on shutdown; those of a worker that is killed come back like its running
-    ones, when their lease expires. 0 claims only for idle threads.
+    once on shutdown; those of a worker that is killed come back when their lease
+    expires, with no retry spent when its handlers average 50 ms or more (its prefetch
+    is then started job by job, see :mod:`~sqlq_orm.worker.starting`). 0 claims only
+    for idle threads.
     ``poll_interval`` is how long an idle worker waits before asking
     again, at most: it wakes at once when jobs are enqueued (in this process, or in
     another through the database: PostgreSQL ``NOTIFY``, SQLite ``PRAGMA
@@ -301,6 +306,7 @@ class Worker:
                 worker_id=self.worker_id,
                 concurrency=self.concurrency,
                 limits=self.pool_limits,
+                starter=Starter(self.queue, self._runs, self._heartbeat.watch_deadline),
             ),
         )
         self._runs.handler_abandoned = self._pool.detach
@@ -363,6 +369,11 @@ class Worker:
                     limit=free,
                     lease_seconds=self.lease_seconds,
                     start=True,
+                    # Slow handlers: the prefetch stays CLAIMED until its handler is
+                    # about to run (worker/starting.py).
+                    start_at_most=start_at_most(
+                        self._prefetch, self.concurrency, len(self.running_jobs)
+                    ),
                     # Tasks with lease= are held that long from the claim on.
                     lease_seconds_by_type=self._own_leases,
                 )

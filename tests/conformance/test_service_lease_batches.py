@@ -8,6 +8,7 @@ import sqlalchemy
 
 import sqlq_orm
 from sqlq_orm import InvalidInput, JobFailure, JobStatus, LeaseLost, MaxRuntimeExceeded
+from tests.support.queue_helpers import job_row
 
 
 def _rows(engine: sqlalchemy.engine.Engine, sql: str) -> list[tuple]:
@@ -234,3 +235,34 @@ def test_release_many_returns_a_lost_lease_and_leaves_its_new_holder_alone(
         ("RUNNING", "w2")
     ]
     assert _rows(engine, f"SELECT status FROM sqlq_jobs WHERE id = {kept.job_id}") == [("QUEUED",)]
+
+
+# ------------------------------------------------------------------ start_many
+
+
+def test_start_many_starts_claimed_jobs_in_one_transaction_and_reports_a_lost_one(
+    queue: sqlq_orm.Queue, engine: sqlalchemy.engine.Engine, clock: sqlq_orm.PinnedClock
+) -> None:
+    queue.enqueue("noop", max_runtime_seconds=60)
+    queue.enqueue_many([{"type": "noop"}] * 2)
+    leases = queue.claim("w1", limit=3, start=True, start_at_most=0, lease_seconds=30)
+    assert [lease.started for lease in leases] == [False, False, False]
+    queue.cancel(leases[2].job_id)
+    clock.advance(5)
+
+    lost = queue.start_many(leases)
+
+    assert lost == [leases[2]]
+    assert [(lease.started, lease.attempt) for lease in leases[:2]] == [(True, 1), (True, 1)]
+    assert leases[0].deadline_at == clock.now() + 60 + 1  # counted from the start
+    assert [job_row(engine, lease.job_id).status for lease in leases] == [
+        "RUNNING", "RUNNING", "CANCELLED",
+    ]  # fmt: skip
+    events = [
+        [e.event for e in sqlq_orm.job_timeline(queue, lease.job_id).events] for lease in leases
+    ]
+    assert events[:2] == [["ENQUEUED", "CLAIMED", "STARTED"]] * 2
+    queue.succeed_many(leases[:2])
+    assert [e.event for e in sqlq_orm.job_timeline(queue, leases[0].job_id).events] == [
+        "ENQUEUED", "CLAIMED", "STARTED", "SUCCEEDED",
+    ]  # fmt: skip

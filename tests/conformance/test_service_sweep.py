@@ -77,25 +77,48 @@ def steady_queue(engine, clock) -> Queue:
     return Queue(engine, clock=clock, retry_policy=NO_JITTER)
 
 
-def test_expired_unstarted_claim_is_recovered_and_requeued_with_a_retry_spent(
+def test_expired_unstarted_claim_is_recovered_and_released_with_no_retry_spent(
     steady_queue, engine, clock
 ):
-    job = steady_queue.enqueue("render")
+    job = steady_queue.enqueue("render", max_retries=0)
     steady_queue.claim("worker-a", lease_seconds=LEASE)
     clock.advance(LEASE)  # a truncated "now": the lease may have 0.9 s left
     assert steady_queue.sweep().total == 0
     clock.advance(1)  # expiry is inclusive: lease_expires_at <= now
     result = steady_queue.sweep()
 
+    # Claimed, never started (a dead worker's prefetch): it costs nothing, not even
+    # with no retry left; it is ready again at once.
     assert (result.expired, result.timed_out, result.requeued, result.failed) == (1, 0, 1, 0)
     row = job_row(engine, job.id)
     assert (row.status, row.retry_count, row.error_code, row.lease_token) == (
-        "QUEUED", 1, "LEASE:EXPIRED", None,
+        "QUEUED", 0, None, None,
     )  # fmt: skip
-    assert row.run_at == clock.now() + 10
+    assert row.run_at == clock.now()
     assert attempt_rows(engine, job.id) == []
-    assert event_names(engine, job.id) == ["ENQUEUED", "CLAIMED", "RECOVERED", "RETRY_SCHEDULED"]
+    assert event_names(engine, job.id) == ["ENQUEUED", "CLAIMED", "RECOVERED", "RELEASED"]
     assert assert_histories_are_legal(engine) == 1
+
+
+def test_a_sweep_charges_the_started_run_and_releases_the_unstarted_claims_free(
+    steady_queue, engine, clock
+):
+    started, prefetched = (steady_queue.enqueue("render").id for _ in range(2))
+    leases = steady_queue.claim(
+        "worker-a", limit=2, lease_seconds=LEASE, start=True, start_at_most=1
+    )
+    clock.advance(LEASE + 1)
+    result = steady_queue.sweep()
+
+    assert [(lease.job_id, lease.started) for lease in leases] == [
+        (started, True), (prefetched, False),
+    ]  # fmt: skip
+    assert (result.expired, result.requeued) == (2, 2)
+    assert [job_row(engine, i).retry_count for i in (started, prefetched)] == [1, 0]
+    assert [status for _, status, _ in attempt_rows(engine, started)] == ["FAILED"]
+    assert attempt_rows(engine, prefetched) == []
+    assert event_names(engine, prefetched) == ["ENQUEUED", "CLAIMED", "RECOVERED", "RELEASED"]
+    assert assert_histories_are_legal(engine) == 2
 
 
 def test_expired_running_job_with_no_retries_left_ends_failed(queue, engine, clock):

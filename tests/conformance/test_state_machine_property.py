@@ -142,6 +142,15 @@ class Model:
         job.attempt_count += 1
         job.deadline_at = None if job.max_runtime is None else self.now + later(job.max_runtime)
 
+    def recover(self, job: ModelJob) -> JobStatus:
+        """An expired lease swept: a claim that never started goes back free."""
+        if job.status is JobStatus.CLAIMED:
+            self.drop_lease(job)
+            job.status = JobStatus.QUEUED
+            job.run_at = self.now
+            return job.status
+        return self.end_with_failure(job)
+
     def end_with_failure(self, job: ModelJob, retryable: bool = True) -> JobStatus:
         self.drop_lease(job)
         if retryable and job.retry_count < job.max_retries:
@@ -410,7 +419,9 @@ def make_machine(engine, clock: PinnedClock):
                 and j.deadline_at is not None
                 and j.deadline_at <= now
             ]
-            outcomes = [self.model.end_with_failure(j) for j in expired + timed_out]
+            outcomes = [self.model.recover(j) for j in expired] + [
+                self.model.end_with_failure(j) for j in timed_out
+            ]
 
             result = queue.sweep(batch_size=batch_size)
 

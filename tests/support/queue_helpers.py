@@ -165,7 +165,9 @@ def replay(events: Sequence[str | Event]) -> JobStatus:
         if name in ANNOTATIONS:
             following = names[index + 1] if index + 1 < len(names) else None
             if name is not Event.HEARTBEAT:
-                assert following in _MOVES_AFTER_ANNOTATION, (
+                # A recovered claim that never started is released, no retry spent.
+                free = {Event.RELEASED} if name is Event.RECOVERED else set()
+                assert following in _MOVES_AFTER_ANNOTATION | free, (
                     f"{name} at #{index} must be followed by RETRY_SCHEDULED or FAILED, "
                     f"got {following}"
                 )

@@ -265,6 +265,69 @@ def test_hung_handler_past_max_runtime_is_abandoned_and_timed_out_while_the_work
     assert events_of(queue, hung.id)[-2:] == ["TIMED_OUT", "FAILED"]
 
 
+def test_a_handler_spinning_in_python_past_its_max_runtime_is_interrupted_and_its_thread_returns(
+    queue, clock
+):
+    spinners: list[threading.Thread] = []
+    cleaned_up = threading.Event()
+
+    def spin(ctx: JobContext) -> None:
+        spinners.append(threading.current_thread())
+        try:
+            n = 0
+            while True:  # never looks at its context, and swallows every Exception
+                try:  # noqa: SIM105 - a careless handler, on purpose
+                    n += 1
+                except Exception:  # noqa: BLE001, S110
+                    pass
+        finally:
+            cleaned_up.set()
+
+    registry = HandlerRegistry({"spin": spin, "echo": lambda ctx: None})
+    spinning = queue.enqueue("spin", max_runtime_seconds=60, max_retries=0)
+    worker = Worker(
+        queue, registry, concurrency=1, lease_seconds=120, heartbeat_interval=0.05, **FAST
+    )
+    with running(worker):
+        wait_until(lambda: spinners, "the spinning job to start")
+        threads_while_spinning = threading.active_count()
+        clock.advance(61)  # the heartbeat is refused: past its max runtime
+
+        wait_until(lambda: not spinners[0].is_alive(), "the spinning thread to return")
+        assert threading.active_count() < threads_while_spinning
+        assert worker._runs.over_budget() == []
+        other = queue.enqueue("echo")
+        wait_until(status_is(queue, other.id, "SUCCEEDED"), "the slot to serve another job")
+        swept = queue.sweep()
+
+    row = job_row(queue, spinning.id)
+    assert cleaned_up.is_set()
+    assert (swept.timed_out, row.status, row.error_code) == (1, "FAILED", "TIMEOUT:MAX_RUNTIME")
+    assert worker.stats.discarded == 1
+    assert events_of(queue, spinning.id)[-2:] == ["TIMED_OUT", "FAILED"]
+
+
+def test_handlers_read_the_time_left_before_their_max_runtime_sync_and_async(queue):
+    seen: dict[str, float | None] = {}
+
+    def plain(ctx: JobContext) -> None:
+        seen[ctx.payload["name"]] = ctx.time_left
+
+    async def coroutine(ctx: JobContext) -> None:
+        seen[ctx.payload["name"]] = ctx.time_left
+
+    queue.enqueue("plain", {"name": "sync, 60s"}, max_runtime_seconds=60)
+    queue.enqueue("coroutine", {"name": "async, 60s"}, max_runtime_seconds=60)
+    queue.enqueue("plain", {"name": "sync, none"})
+    queue.enqueue("coroutine", {"name": "async, none"})
+
+    burst(queue, HandlerRegistry({"plain": plain, "coroutine": coroutine}), concurrency=2)
+
+    assert seen["sync, none"] is None and seen["async, none"] is None
+    assert 0 < seen["sync, 60s"] <= 60  # type: ignore[operator]
+    assert 0 < seen["async, 60s"] <= 60  # type: ignore[operator]
+
+
 def test_cancelling_a_running_job_tells_its_handler_to_stop_and_discards_its_outcome(queue):
     stopped = threading.Event()
 

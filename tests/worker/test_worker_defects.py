@@ -34,9 +34,10 @@ def attempts_of(queue: sqlq_orm.Queue, job_id: int) -> list[tuple[str, str | Non
 def test_worker_whose_stuck_handlers_spent_the_abandoned_budget_says_so_and_exits_3(
     live_queue, processes, tmp_path
 ):
-    never = str(tmp_path / "never")
+    # Stuck inside one C call (time.sleep): the interrupt at the max runtime cannot
+    # reach it (a Python loop would be stopped: test_worker.py's spinning handler).
     stuck = [
-        live_queue.enqueue("hold", {"until_file": never}, max_runtime_seconds=2, max_retries=0)
+        live_queue.enqueue("ignore_shutdown", max_runtime_seconds=2, max_retries=0)
         for _ in range(3)
     ]
     quick = [live_queue.enqueue("echo") for _ in range(3)]

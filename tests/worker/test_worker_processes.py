@@ -236,3 +236,50 @@ def test_the_children_of_a_sigkilled_process_pool_worker_die_with_it(
     worker.wait(timeout=10)
 
     wait_until(lambda: not any(alive(pid) for pid in children), "the children to die too")
+
+
+def test_a_sigkilled_worker_is_charged_for_the_job_it_started_not_for_its_prefetch(
+    live_queue, processes, tmp_path
+):
+    # Handlers of ~60 ms (slow enough that the worker starts its prefetch apart, see
+    # sqlq_orm.worker.starting): two warm it up, then one holds its only thread
+    # while the worker prefetches the next ones behind it.
+    def span(priority: int) -> int:
+        payload = {"seconds": 0.06, "key": "span", "log_file": str(tmp_path / "spans")}
+        return live_queue.enqueue("span", payload, priority=priority).id
+
+    for _ in range(2):
+        span(20)
+    held = live_queue.enqueue("hold", {"until_file": str(tmp_path / "never")}, priority=10).id
+    behind = [span(0) for _ in range(6)]
+    doomed = processes.worker("worker-a", "--concurrency", "1", *SHORT_LEASE, "--no-sweep")
+
+    def prefetched() -> list[int]:
+        return [
+            job_id
+            for job_id in behind
+            if (row := job_row(live_queue, job_id)).status == "CLAIMED"
+            and row.claimed_by == "worker-a"
+        ]
+
+    wait_until(running_first_attempt(live_queue, held), "worker-a to start the held job")
+    wait_until(prefetched, "worker-a to prefetch the jobs behind it")
+    never_started = prefetched()
+    doomed.kill()
+    doomed.wait(timeout=10)
+
+    def nothing_held() -> bool:
+        live_queue.sweep()
+        return all(job_row(live_queue, i).status == "QUEUED" for i in [held, *never_started])
+
+    wait_until(nothing_held, "the dead worker's leases to expire and be swept")
+
+    row = job_row(live_queue, held)
+    assert row.retry_count == 1  # its handler ran: charged (a poison job must pay)
+    assert [(a.status, a.error_code) for a in row.attempts] == [("FAILED", "LEASE:EXPIRED")]
+    for job_id in never_started:
+        row = job_row(live_queue, job_id)
+        assert (row.retry_count, row.error_code, row.attempts) == (0, None, [])
+        assert [e.event for e in sqlq_orm.job_timeline(live_queue, job_id).events] == [
+            "ENQUEUED", "CLAIMED", "RECOVERED", "RELEASED",
+        ]  # fmt: skip

@@ -48,6 +48,23 @@ class LeasesStatements(HistoryStatements, DependencyStatements):
             [j.attempt_count, j.deadline_at],
             by_id=True,
         )
+        # start_many: the same for a batch, fenced per (id, token) pair; RETURNING names
+        # the jobs started ("id IN" as well, for the primary-key lookup).
+        self.start_batch = self.returning_update(
+            self.update_by_id(jobs)
+            .where(
+                j.id.in_(bindparam("p_ids", expanding=True)),
+                tuple_(j.id, j.lease_token).in_(bindparam("p_pairs", expanding=True)),
+                j.status == JobStatus.CLAIMED.value,
+            )
+            .values(
+                status=JobStatus.RUNNING.value,
+                started_at=now,
+                attempt_count=j.attempt_count + 1,
+                deadline_at=deadline_from_now,
+            ),
+            [j.id, j.attempt_count, j.deadline_at],
+        )
         self.open_attempt = insert(attempts).values(
             job_id=bindparam("p_job_id"),
             attempt=bindparam("p_attempt"),

@@ -8,7 +8,7 @@ from sqlalchemy import (
     select,
 )
 
-from sqlq_orm.db.statements.base import HELD_VALUES, StatementGroup, status_in
+from sqlq_orm.db.statements.base import HELD_VALUES, StatementGroup, lease_cleared, status_in
 from sqlq_orm.schema.states import JobStatus
 
 
@@ -50,4 +50,12 @@ class SweepStatements(StatementGroup):
             )
             .limit(limit)
             .with_for_update(skip_locked=True)
+        )
+        # An expired lease on a job that was claimed but never started (a dead worker's
+        # prefetch): back to the queue with no retry spent, fenced by the token the
+        # sweeper saw and by CLAIMED (a start since would have made it RUNNING).
+        self.release_unstarted = (
+            self.update_by_id(self.tables.jobs)
+            .where(self.lease_guard(), j.status == JobStatus.CLAIMED.value)
+            .values(status=JobStatus.QUEUED.value, run_at=now, **lease_cleared())
         )

@@ -223,6 +223,7 @@ class AsyncQueue:
     fail_many = awaited(Queue.fail_many)
     release = awaited(Queue.release)
     release_many = awaited(Queue.release_many)
+    start_many = awaited(Queue.start_many)
     snooze = awaited(Queue.snooze)
     sweep = awaited(Queue.sweep)
     cancel = awaited(Queue.cancel)

@@ -25,6 +25,7 @@ from sqlq_orm.worker.handlers import HandlerRegistry
 from sqlq_orm.worker.outcomes import Outcome
 from sqlq_orm.worker.prefetch import PrefetchGauge
 from sqlq_orm.worker.runs import JobRun, RunTable
+from sqlq_orm.worker.starting import Starter
 from sqlq_orm.worker.stats import WorkerStats
 
 log = logging.getLogger("sqlq_orm.worker")
@@ -64,6 +65,8 @@ class RunServices:
     worker_id: str
     concurrency: int
     limits: PoolLimits = PoolLimits()
+    starter: Starter | None = None
+    """Starts a prefetched (CLAIMED) run just before its handler runs (worker/starting.py)."""
 
     def hand_over(self, run: JobRun, outcome: Outcome) -> None:
         """Record ``outcome`` for ``run`` through the completer (fenced, in a group),

@@ -164,6 +164,9 @@ class ProcessExecutor:
                 run = self._next_run()
                 if run is None:
                     return
+                starter = self._services.starter
+                if not run.lease.started and starter is not None and not starter.start(run):
+                    continue  # its lease was lost, or the database refused the start
                 with slot.lock:  # from now on, stopping the run ends this child
                     slot.run = run
                 if not self._services.runs.begin_handler(run):

@@ -30,6 +30,7 @@ class ThreadExecutor:
             services.completer,
             services.prefetch,
             worker_id=services.worker_id,
+            starter=services.starter,
         )
         self._loop: HandlerLoop | None = None
         if services.handlers.has_coroutines:
