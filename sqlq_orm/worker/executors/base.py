@@ -36,7 +36,8 @@ class PoolLimits:
     """When a process pool replaces a child that did nothing wrong (recycling).
 
     ``max_jobs_per_child``: after that many jobs; ``max_memory_per_child``: once the
-    child's peak resident memory passes that many megabytes, checked after each job
+    resident memory the child added at its peak (over what it shared with the worker
+    when forked) passes that many megabytes, checked after each job
     (the job in hand finishes first, as in Celery). None: no limit. A thread pool has
     no children and ignores both.
     """

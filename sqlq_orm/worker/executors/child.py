@@ -118,6 +118,22 @@ def _settle(parent: int) -> None:
     if os.getppid() != parent:  # the worker died before prctl took effect
         os._exit(0)
     _drop_inherited_connections()
+    global _RSS_AT_FORK_KB
+    _RSS_AT_FORK_KB = _status_kb("VmRSS") or 0
+
+
+_RSS_AT_FORK_KB = 0
+"""The child's resident memory as it began: pages it still shares with the worker
+(copy-on-write) count as resident in both."""
+
+
+def _status_kb(field: str) -> int | None:
+    """A ``/proc/self/status`` memory field in kilobytes (Linux), or None."""
+    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return None
 
 
 _INHERITED: list[Any] = []
@@ -136,8 +152,14 @@ def _drop_inherited_connections() -> None:
 
 
 def peak_rss_kb() -> int:
-    """This process's peak resident memory, in kilobytes (what Celery checks too)."""
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    """How much resident memory this child added at its peak, in kilobytes: Linux's
+    ``VmHWM`` less what was resident as it began. The memory a child shares with the
+    worker it was forked from counts as its own too, so a big worker would otherwise
+    see every child past the limit after its first job. Elsewhere ``ru_maxrss``."""
+    peak = _status_kb("VmHWM")
+    if peak is None:
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    return max(0, peak - _RSS_AT_FORK_KB)
 
 
 class _Child:
