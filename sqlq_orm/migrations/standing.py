@@ -105,7 +105,7 @@ PROBES: dict[str, Callable[[Connection], bool]] = {
     "sqlq_0012": _index("sqlq_jobs", "ix_sqlq_jobs_status_type"),
     "sqlq_0013": _column("sqlq_job_attempts", "after_event_id"),
     "sqlq_0014": _partial_index("sqlq_jobs", "ix_sqlq_jobs_finished"),
-    "sqlq_0019": _column("sqlq_workers", "pool"),
+    "sqlq_0015": _column("sqlq_workers", "pool"),
 }
 """sqlq revision -> whether the schema has what it made (sqlq's default table names)."""
 

@@ -470,7 +470,7 @@ class WorkerMixin(DeclarativeOnly):
     last_seen_at: Mapped[int] = mapped_column(BigInteger)
     pool: Mapped[str | None] = mapped_column(Text, nullable=True)
     """The worker's pool as JSON text: kind, children (pid, jobs), recycles, crashes,
-    kills at deadline (sqlq_0019); None from workers that predate it."""
+    kills at deadline (sqlq_0015); None from workers that predate it."""
 
     @declared_attr.directive
     def __table_args__(cls) -> tuple[Any, ...]:

@@ -206,7 +206,7 @@ class WorkerView:
     pool: dict[str, Any] | None = None
     """The worker's pool (``kind``; a process pool's ``children`` with their ``pid`` and
     ``jobs``, and its ``recycles``, ``crashes`` and ``deadline_kills``); None from a
-    worker that predates revision sqlq_0019."""
+    worker that predates revision sqlq_0015."""
 
     @property
     def pool_kind(self) -> str:

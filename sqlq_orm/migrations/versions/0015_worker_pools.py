@@ -1,6 +1,6 @@
 """Each worker's pool: what ``sqlq stats``, the dashboard and ``/metrics`` show of it.
 
-Revision ID: sqlq_0019
+Revision ID: sqlq_0015
 Revises: sqlq_0014
 Create Date: 2026-11-28
 
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from alembic import op
 
-revision: str = "sqlq_0019"
+revision: str = "sqlq_0015"
 down_revision: str | Sequence[str] | None = "sqlq_0014"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
