@@ -80,7 +80,8 @@ def test_postgres_cases_run_against_a_throw_away_database(
 
 def _queue_statements(engine: sqlalchemy.engine.Engine) -> list[str]:
     seen: list[str] = []
-    queue = sqlq_orm.Queue(engine)  # before listening: its one read of the schema
+    queue = sqlq_orm.Queue(engine)
+    queue.check_schema()  # before listening: its one read of the schema, at first use
 
     # BEGIN is recorded from the engine's begin event, however the hook sends it.
     @sqlalchemy.event.listens_for(engine, "begin")

@@ -114,6 +114,7 @@ def test_a_pinned_clock_is_read_on_every_call_not_once(engines):
 def test_begin_and_the_history_run_on_the_cursor_and_listeners_still_see_them(engines):
     engine, _ = engines
     queue = _queue(engine, sqlq_orm.PinnedClock(PINNED_START), driver_sql=True)
+    queue.check_schema()  # the first use's read of the schema, before listening
     seen: list[tuple[str, bool]] = []
 
     def record(conn, cursor, statement, parameters, context, executemany):  # noqa: ANN001
