@@ -43,8 +43,7 @@ def test_the_readme_is_a_landing_page():
     assert len(readme.splitlines()) <= 300
     assert "python3 tasks.py demo" in readme and "python3 tasks.py test" in readme
     for link in re.findall(r"\]\((docs/[^)#]+)", readme):
-        if link != "docs/explanation/saving-workers.md":  # another helper's page, at merge
-            assert (ROOT / link).is_file(), link
+        assert (ROOT / link).is_file(), link
 
 
 def test_the_dashboard_links_error_codes_and_refusals_to_their_pages(tmp_path):
