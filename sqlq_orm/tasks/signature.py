@@ -228,7 +228,15 @@ class TaskSignature:
 
     def argument_problem(self, name: str, value: Any) -> str | None:
         """Why ``value`` does not fit parameter ``name``'s annotation, or None
-        (``*args``: each item; ``**kwargs``: each value)."""
+        (``*args``: each item; ``**kwargs``: each value). The value of a
+        :attr:`redact` argument is not quoted: the message reaches logs and events."""
+        problem = self._argument_problem(name, value)
+        if problem is None or name not in self.redact:
+            return problem
+        # "token must be str, got set {'...'}": everything after "got" may be the secret.
+        return problem.split(", got ", 1)[0] + f", got {redaction.REDACTED}"
+
+    def _argument_problem(self, name: str, value: Any) -> str | None:
         hint = self.hints[name]
         kind = self.parameters[name].kind
         if kind is inspect.Parameter.VAR_POSITIONAL and isinstance(value, (list, tuple)):

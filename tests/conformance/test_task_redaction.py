@@ -96,10 +96,23 @@ def test_a_secret_that_cannot_be_stored_is_not_quoted_in_the_refusal(queue):
     registry = sqlq_orm.TaskRegistry(queue)
 
     @registry.task(name="store", redact=("token",))
-    def store(token: str) -> None: ...
+    def store(token: object) -> None: ...
 
     with pytest.raises(InvalidInput) as refused:
         store.enqueue({SECRET})  # a set is not JSON
 
     assert "argument 'token' must be JSON" in str(refused.value)
+    assert SECRET not in str(refused.value)
+
+
+def test_a_secret_that_does_not_match_its_annotation_is_not_quoted_in_the_refusal(queue):
+    registry = sqlq_orm.TaskRegistry(queue)
+
+    @registry.task(name="store", redact=("token",))
+    def store(token: str) -> None: ...
+
+    with pytest.raises(InvalidInput) as refused:
+        store.enqueue({SECRET})  # a set where a str is annotated
+
+    assert "token must be str, got [redacted]" in str(refused.value)
     assert SECRET not in str(refused.value)
