@@ -319,3 +319,39 @@ def test_sqlq_worker_whose_database_goes_silent_says_so_instead_of_hanging(
         )
     finally:
         processes.kill_all()
+
+
+@pytest.mark.parametrize("db_url", SERVERS, indirect=True)
+def test_a_claim_whose_commit_landed_before_a_reset_hands_its_leases_over(db_url, proxy, engine):
+    # Phantom claims: the claim's COMMIT reaches the server, its answer is lost with the
+    # connection. The claimer minted the tokens, so it finds its leases and runs them
+    # instead of leaving them to expire (and be charged a retry they never used).
+    queue = sqlq_orm.Queue(engine)
+    job_ids = sorted(queue.enqueue("echo", {"n": n}).id for n in range(4))
+    claimer_engine = engine_through(proxy, db_url, worker_lease_seconds=30)
+    claimer = sqlq_orm.Queue(claimer_engine)
+    try:
+        claimer.check_schema()  # the first use's check, before the COMMIT is held
+        proxy.set_mode("hold_commit", after=b"phantom-claimer")
+        result: list[Any] = []
+        claim = lambda: claimer.claim(  # noqa: E731
+            "phantom-claimer", limit=4, start=True, start_at_most=2, lease_seconds=30
+        )
+        thread = threading.Thread(target=lambda: result.append(outcome_of(claim, proxy)))
+        thread.start()
+        assert proxy.commit_seen.wait(HANG_GUARD), "the claim's COMMIT never came"
+        proxy.release_and_reset()  # the COMMIT lands; its answer is lost
+        thread.join(HANG_GUARD)
+        leases = result[0]
+        assert isinstance(leases, list), leases
+
+        assert [lease.job_id for lease in leases] == job_ids
+        assert [lease.started for lease in leases] == [True, True, False, False]
+        assert [lease.payload for lease in leases] == [{"n": n} for n in range(4)]
+        assert claimer.start_many(leases[2:]) == []  # the prefetch starts as any other
+        for lease in leases:
+            claimer.succeed(lease)  # and each lease is the one the database holds
+    finally:
+        claimer_engine.dispose()
+
+    assert all(status_is(queue, job_id, "SUCCEEDED")() for job_id in job_ids)
