@@ -355,3 +355,45 @@ def test_a_claim_whose_commit_landed_before_a_reset_hands_its_leases_over(db_url
         claimer_engine.dispose()
 
     assert all(status_is(queue, job_id, "SUCCEEDED")() for job_id in job_ids)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("db_url", [BACKENDS[1]], indirect=True)
+def test_a_black_holed_listen_connection_is_replaced_and_hears_again(db_url, proxy, caplog):
+    # An idle LISTEN connection sends nothing, so a black hole under it went unnoticed:
+    # wake-ups fell back to the poll. Its probe (after keepalives_idle, 1 s here, with
+    # no notification) gets no answer within tcp_user_timeout (2 s), so it is replaced.
+    listen_engine = engine_through(proxy, db_url, worker_lease_seconds=WORKER_LEASE)
+    queue = sqlq_orm.Queue(listen_engine)
+    woken = threading.Event()
+    caplog.set_level(logging.INFO, logger="sqlq_orm")
+    watch = queue.watch_for_jobs(["default"], woken)
+    try:
+        assert woken.wait(HANG_GUARD), "the listener never connected"
+        proxy.set_mode("blackhole")
+        wait_until(
+            lambda: "wake-up listener failed" in caplog.text,
+            "the listener to notice its link is dead",
+            timeout=HANG_GUARD,
+        )
+        proxy.set_mode("pass")
+        wait_until(
+            lambda: "wake-up listener reconnected" in caplog.text,
+            "the listener to be replaced",
+            timeout=HANG_GUARD,
+        )
+        woken.clear()
+        other = sqlalchemy.create_engine(db_url)  # another process's enqueue, as heard
+        try:
+            with other.begin() as connection:
+                connection.execute(
+                    queue.sql.notify_jobs,
+                    {"p_channel": queue.sql.wake_channel, "p_queue": "default"},
+                )
+        finally:
+            other.dispose()
+        assert woken.wait(HANG_GUARD), "the new listener did not hear the notification"
+    finally:
+        watch.close()
+        listen_engine.dispose()
+    assert "did not answer a probe" in caplog.text
