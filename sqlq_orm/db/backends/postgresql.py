@@ -181,8 +181,9 @@ class _Listener:
         # psycopg 3.2 can wait for notifications with a timeout; 3.1 hears them while
         # running a statement, so there we wait for the socket and then run one.
         self._has_timeout = tuple(map(int, psycopg.__version__.split(".")[:2])) >= (3, 2)
-        if not self._has_timeout:
-            self._connection.add_notify_handler(lambda notify: self._queues.add(notify.payload))
+        # Also on 3.2: what arrives while a probe runs comes to the handler (a set: a
+        # queue heard twice is heard once).
+        self._connection.add_notify_handler(lambda notify: self._queues.add(notify.payload))
         self._connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
         if mark is not None:
             # Held as long as this connection lives (a crash lets go of it too): what
@@ -191,7 +192,10 @@ class _Listener:
 
     def wait(self, timeout: float) -> frozenset[str]:
         if self._has_timeout:
-            for notify in self._connection.notifies(timeout=timeout, stop_after=1):
+            # (Not when a probe already heard some: they are handed over at once.)
+            for notify in self._connection.notifies(
+                timeout=0 if self._queues else timeout, stop_after=1
+            ):
                 self._queues.add(notify.payload)
             if self._queues:  # take the ones that came with it too
                 for notify in self._connection.notifies(timeout=0):
