@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 
 from sqlq_orm.core import validation
 from sqlq_orm.core.lease import Lease
@@ -21,6 +21,7 @@ from sqlq_orm.errors import (
 )
 from sqlq_orm.queue.core import QueueCore, detail_json, log, retry_if_rolled_back
 from sqlq_orm.schema.mixins import QUEUE_MAX, WORKER_ID_MAX
+from sqlq_orm.schema.states import JobStatus
 
 _TOKEN_BYTES = 24
 """Random bytes in a lease token (as ``secrets.token_urlsafe(24)``: 32 characters)."""
@@ -93,8 +94,11 @@ class Claiming(QueueCore):
         if start and start_at_most is not None:
             starting = min(limit, validation.require_int("start_at_most", start_at_most, minimum=0))
         for _ in range(_CONCURRENCY_ROUNDS):
+            minted: list[str] = []
             try:
-                return self._claim_once(worker_id, queue_names, limit, seconds, starting, by_type)
+                return self._claim_once(
+                    worker_id, queue_names, limit, seconds, starting, by_type, minted
+                )
             except _KeyOverLimit as exc:
                 # Rolled back: a concurrent claim took the last places of these keys.
                 log.debug("claim rolled back, concurrency keys over limit: %s", exc)
@@ -103,9 +107,50 @@ class Claiming(QueueCore):
                 # wait for the other's new rows: the database rolls one back whole. It
                 # claimed nothing, so claim again (any other error goes to the caller).
                 if not self.dialect.is_retryable(exc):
-                    raise
+                    found = self._leases_of_lost_answer(exc, worker_id, minted)
+                    if not found:
+                        raise
+                    return found
                 log.debug("claim rolled back by the database (%s)", type(exc.orig).__name__)
         return []
+
+    def _leases_of_lost_answer(
+        self, exc: DBAPIError, worker_id: str, minted: list[str]
+    ) -> list[Lease]:
+        """The jobs a claim leased although its answer was lost (issue 37, phantom
+        claims): the link broke where its COMMIT may have landed, so look its own tokens
+        up on a fresh connection and hand those leases over to run. Empty when the link
+        did not break (the error is the caller's), when nothing was committed, or when
+        the lookup fails too (the caller gets the claim's error; an unseen lease is then
+        the sweeper's, as before)."""
+        if not minted or not (isinstance(exc, OperationalError) or exc.connection_invalidated):
+            return []
+        try:
+            with self.read() as connection:
+                rows = connection.execute(self.sql.claimed_by_tokens, {"p_tokens": minted}).all()
+        except SQLAlchemyError as lookup:
+            log.warning(
+                "claim failed (%s) and its leases could not be looked up (%s)",
+                type(exc.orig).__name__,
+                type(lookup).__name__,
+            )
+            return []
+        leases = [
+            lease
+            for status in (JobStatus.RUNNING.value, JobStatus.CLAIMED.value)
+            for lease in self._leases_from_rows(
+                [row for row in rows if row.status == status],
+                worker_id,
+                started=status == JobStatus.RUNNING.value,
+            )
+        ]
+        if leases:
+            log.warning(
+                "claim's answer was lost (%s) but it had leased %d job(s): running them",
+                type(exc.orig).__name__,
+                len(leases),
+            )
+        return sorted(leases, key=lambda lease: lease.job_id)
 
     def _claim_once(
         self,
@@ -115,9 +160,12 @@ class Claiming(QueueCore):
         seconds: int,
         starting: int,
         by_type: Mapping[str, int] | None = None,
+        minted: list[str] | None = None,
     ) -> list[Lease]:
         """Claim up to ``limit`` jobs, the first ``starting`` of them started: one
-        claim statement, or two in one transaction (started, then CLAIMED)."""
+        claim statement, or two in one transaction (started, then CLAIMED). The lease
+        tokens it mints are added to ``minted`` (to find its leases if its answer is lost)."""
+        minted = [] if minted is None else minted
         leases: list[Lease] = []
         with self._write() as connection:
             rows_by_start: list[tuple[bool, list[Any]]] = []
@@ -127,7 +175,7 @@ class Claiming(QueueCore):
                         (
                             start,
                             self._claim_part(
-                                connection, worker_id, queue_names, want, seconds, start
+                                connection, worker_id, queue_names, want, seconds, start, minted
                             ),
                         )
                     )
@@ -164,9 +212,11 @@ class Claiming(QueueCore):
         limit: int,
         seconds: int,
         start: bool,
+        minted: list[str],
     ) -> list[Any]:
         """The rows of up to ``limit`` jobs claimed (and started, with ``start``)."""
         tokens = lease_tokens(limit)
+        minted += tokens
         statement, params = self.sql.claim_for(queue_names, start=start)
         params.update(
             p_limit=limit,
@@ -177,7 +227,7 @@ class Claiming(QueueCore):
         rows = self._claim_rows(connection, statement, params, limit)
         if len(rows) < limit and self.tables.queues is not None:
             rows += self._claim_rate_limited(
-                connection, queue_names, limit - len(rows), params, start
+                connection, queue_names, limit - len(rows), params, start, minted
             )
         return rows
 
@@ -267,6 +317,7 @@ class Claiming(QueueCore):
         room: int,
         params: dict[str, Any],
         start: bool,
+        minted: list[str],
     ) -> list[Any]:
         """Claim up to ``room`` jobs of the rate-limited queues among ``queue_names``,
         each queue's starts in its window kept within its limit per ``rate_key`` (see
@@ -303,6 +354,7 @@ class Claiming(QueueCore):
             if not picked:
                 continue
             tokens = lease_tokens(len(picked))
+            minted += tokens
             claim_params = {
                 "p_worker": params["p_worker"],
                 "p_lease_seconds": params["p_lease_seconds"],

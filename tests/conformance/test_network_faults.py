@@ -319,3 +319,81 @@ def test_sqlq_worker_whose_database_goes_silent_says_so_instead_of_hanging(
         )
     finally:
         processes.kill_all()
+
+
+@pytest.mark.parametrize("db_url", SERVERS, indirect=True)
+def test_a_claim_whose_commit_landed_before_a_reset_hands_its_leases_over(db_url, proxy, engine):
+    # Phantom claims: the claim's COMMIT reaches the server, its answer is lost with the
+    # connection. The claimer minted the tokens, so it finds its leases and runs them
+    # instead of leaving them to expire (and be charged a retry they never used).
+    queue = sqlq_orm.Queue(engine)
+    job_ids = sorted(queue.enqueue("echo", {"n": n}).id for n in range(4))
+    claimer_engine = engine_through(proxy, db_url, worker_lease_seconds=30)
+    claimer = sqlq_orm.Queue(claimer_engine)
+    try:
+        claimer.check_schema()  # the first use's check, before the COMMIT is held
+        proxy.set_mode("hold_commit", after=b"phantom-claimer")
+        result: list[Any] = []
+        claim = lambda: claimer.claim(  # noqa: E731
+            "phantom-claimer", limit=4, start=True, start_at_most=2, lease_seconds=30
+        )
+        thread = threading.Thread(target=lambda: result.append(outcome_of(claim, proxy)))
+        thread.start()
+        assert proxy.commit_seen.wait(HANG_GUARD), "the claim's COMMIT never came"
+        proxy.release_and_reset()  # the COMMIT lands; its answer is lost
+        thread.join(HANG_GUARD)
+        leases = result[0]
+        assert isinstance(leases, list), leases
+
+        assert [lease.job_id for lease in leases] == job_ids
+        assert [lease.started for lease in leases] == [True, True, False, False]
+        assert [lease.payload for lease in leases] == [{"n": n} for n in range(4)]
+        assert claimer.start_many(leases[2:]) == []  # the prefetch starts as any other
+        for lease in leases:
+            claimer.succeed(lease)  # and each lease is the one the database holds
+    finally:
+        claimer_engine.dispose()
+
+    assert all(status_is(queue, job_id, "SUCCEEDED")() for job_id in job_ids)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("db_url", [BACKENDS[1]], indirect=True)
+def test_a_black_holed_listen_connection_is_replaced_and_hears_again(db_url, proxy, caplog):
+    # An idle LISTEN connection sends nothing, so a black hole under it went unnoticed:
+    # wake-ups fell back to the poll. Its probe (after keepalives_idle, 1 s here, with
+    # no notification) gets no answer within tcp_user_timeout (2 s), so it is replaced.
+    listen_engine = engine_through(proxy, db_url, worker_lease_seconds=WORKER_LEASE)
+    queue = sqlq_orm.Queue(listen_engine)
+    woken = threading.Event()
+    caplog.set_level(logging.INFO, logger="sqlq_orm")
+    watch = queue.watch_for_jobs(["default"], woken)
+    try:
+        assert woken.wait(HANG_GUARD), "the listener never connected"
+        proxy.set_mode("blackhole")
+        wait_until(
+            lambda: "wake-up listener failed" in caplog.text,
+            "the listener to notice its link is dead",
+            timeout=HANG_GUARD,
+        )
+        proxy.set_mode("pass")
+        wait_until(
+            lambda: "wake-up listener reconnected" in caplog.text,
+            "the listener to be replaced",
+            timeout=HANG_GUARD,
+        )
+        woken.clear()
+        other = sqlalchemy.create_engine(db_url)  # another process's enqueue, as heard
+        try:
+            with other.begin() as connection:
+                connection.execute(
+                    queue.sql.notify_jobs,
+                    {"p_channel": queue.sql.wake_channel, "p_queue": "default"},
+                )
+        finally:
+            other.dispose()
+        assert woken.wait(HANG_GUARD), "the new listener did not hear the notification"
+    finally:
+        watch.close()
+        listen_engine.dispose()
+    assert "did not answer a probe" in caplog.text

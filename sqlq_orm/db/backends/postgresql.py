@@ -6,9 +6,14 @@ with a transaction-scoped advisory lock.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import os
 import select as selectors
+import socket
+import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -144,7 +149,15 @@ def _migrate_in_schema(connection: Connection, schema: str) -> Iterator[None]:
 
 
 class _Listener:
-    """A psycopg 3 connection of its own, in autocommit, listening on one channel."""
+    """A psycopg 3 connection of its own, in autocommit, listening on one channel.
+
+    It has the engine's libpq link timeouts (issue 37): ``connect_timeout``,
+    keepalives and ``tcp_user_timeout``. An idle LISTEN connection sends nothing, so
+    a link that went black would never be noticed: when no notification came for
+    ``keepalives_idle`` seconds, it probes with ``SELECT 1``, and a probe with no
+    answer within ``tcp_user_timeout`` cuts the socket, so :meth:`wait` raises and the
+    watch replaces the connection.
+    """
 
     def __init__(
         self, engine: Engine, channel: str, url: URL, mark: tuple[int, int] | None = None
@@ -155,14 +168,22 @@ class _Listener:
         # A listen_url is psycopg's whatever driver the engine has: its own dialect.
         dialect = engine.dialect if url is engine.url else url.get_dialect()()
         cargs, cparams = dialect.create_connect_args(url)
+        bounds = _listener_link_timeouts(engine)
+        cparams = {**{k: v for k, v in bounds.items() if k not in cparams}, **cparams}
         # Not from the engine's pool: this connection is held for the worker's life.
         self._connection = psycopg.connect(*cargs, **{**cparams, "autocommit": True})
+        self._probe_every = float(cparams.get("keepalives_idle") or bounds["keepalives_idle"])
+        self._probe_timeout = (
+            float(cparams.get("tcp_user_timeout") or bounds["tcp_user_timeout"]) / 1000
+        )
+        self._quiet_since = time.monotonic()
         self._queues: set[str] = set()
         # psycopg 3.2 can wait for notifications with a timeout; 3.1 hears them while
         # running a statement, so there we wait for the socket and then run one.
         self._has_timeout = tuple(map(int, psycopg.__version__.split(".")[:2])) >= (3, 2)
-        if not self._has_timeout:
-            self._connection.add_notify_handler(lambda notify: self._queues.add(notify.payload))
+        # Also on 3.2: what arrives while a probe runs comes to the handler (a set: a
+        # queue heard twice is heard once).
+        self._connection.add_notify_handler(lambda notify: self._queues.add(notify.payload))
         self._connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
         if mark is not None:
             # Held as long as this connection lives (a crash lets go of it too): what
@@ -171,7 +192,10 @@ class _Listener:
 
     def wait(self, timeout: float) -> frozenset[str]:
         if self._has_timeout:
-            for notify in self._connection.notifies(timeout=timeout, stop_after=1):
+            # (Not when a probe already heard some: they are handed over at once.)
+            for notify in self._connection.notifies(
+                timeout=0 if self._queues else timeout, stop_after=1
+            ):
                 self._queues.add(notify.payload)
             if self._queues:  # take the ones that came with it too
                 for notify in self._connection.notifies(timeout=0):
@@ -182,10 +206,55 @@ class _Listener:
                 self._connection.execute("SELECT 1")
         heard = frozenset(self._queues)
         self._queues.clear()
+        now = time.monotonic()
+        if heard:
+            self._quiet_since = now
+        elif now - self._quiet_since >= self._probe_every:
+            self._probe()
+            self._quiet_since = time.monotonic()
         return heard
+
+    def _probe(self) -> None:
+        """``SELECT 1`` on the listening connection, its answer awaited at most
+        ``tcp_user_timeout``: past that the socket is shut down under it (a link that
+        acknowledges bytes but never answers, such as a black-holed proxy, would
+        otherwise block it for good), and the probe raises."""
+        cut = threading.Event()
+
+        def cut_the_socket() -> None:
+            cut.set()
+            with (
+                contextlib.suppress(OSError),
+                socket.socket(fileno=os.dup(self._connection.fileno())) as sock,
+            ):
+                sock.shutdown(socket.SHUT_RDWR)
+
+        timer = threading.Timer(self._probe_timeout, cut_the_socket)
+        timer.daemon = True
+        timer.start()
+        try:
+            self._connection.execute("SELECT 1")
+        except Exception:
+            if cut.is_set():
+                raise OSError(
+                    f"the LISTEN connection did not answer a probe in {self._probe_timeout:g}s"
+                ) from None
+            raise
+        finally:
+            timer.cancel()
 
     def close(self) -> None:
         self._connection.close()
+
+
+def _listener_link_timeouts(engine: Engine) -> dict[str, Any]:
+    """libpq's link timeouts for a LISTEN connection: those of the engine's own
+    connections (a worker's engine fits them in its lease), else the defaults."""
+    bounds = _link_timeouts("psycopg", None)
+    with engine.connect() as connection:
+        info = getattr(connection.connection.driver_connection, "info", None)
+        given = info.get_parameters() if info is not None else {}
+    return {**bounds, **{k: v for k, v in given.items() if k in bounds}}
 
 
 _WAITERS_SQL = (

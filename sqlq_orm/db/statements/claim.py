@@ -55,6 +55,13 @@ class ClaimStatements(HistoryStatements, ConcurrencyStatements, ControlStatement
         self.claim_and_start_ids = self._recorded_claim(
             self._build_claim(start=True, by_ids=True), start=True
         )
+        # -- a claim whose answer was lost: the jobs it leased, found by their tokens
+        # (minted by the claimer, so only the claim that minted them can have set them).
+        held = self.tables.jobs.c
+        self.claimed_by_tokens = select(*self._claim_returned(), held.status).where(
+            held.lease_token.in_(bindparam("p_tokens", expanding=True)),
+            held.status.in_([JobStatus.CLAIMED.value, JobStatus.RUNNING.value]),
+        )
         # -- when the next queued job is due (an idle worker sleeps until then) ------
         j = self.tables.jobs.c
         # (Paused queues have nothing due: a worker of only paused queues sleeps.
@@ -78,6 +85,30 @@ class ClaimStatements(HistoryStatements, ConcurrencyStatements, ControlStatement
                 )
             ),
         )
+
+    def _claim_returned(self) -> list[Any]:
+        """The columns a claim returns (a :class:`~sqlq_orm.core.lease.Lease` is made
+        of them), in one place for the claim and :attr:`claimed_by_tokens`."""
+        j = self.tables.jobs.c
+        return [
+            j.id,
+            j.lease_token,
+            j.type,
+            j.queue,
+            j.payload,
+            j.payload_ref,
+            j.attempt_count,
+            j.claimed_by,
+            j.retry_count,
+            j.max_retries,
+            j.max_runtime_seconds,
+            j.lease_expires_at,
+            j.deadline_at,
+            j.concurrency_key,
+            j.concurrency_limit,
+            # The app's own columns, for the handler (JobContext.columns).
+            *self.app_columns,
+        ]
 
     def claim_for(self, queues: Sequence[str], *, start: bool) -> tuple[Any, dict[str, Any]]:
         """The claim statement for these (distinct) queues and the parameters naming them.
@@ -242,25 +273,7 @@ class ClaimStatements(HistoryStatements, ConcurrencyStatements, ControlStatement
                 attempt_count=j.attempt_count + 1,
                 deadline_at=self.deadline_from_now(),
             )
-        returned = [
-            j.id,
-            j.lease_token,
-            j.type,
-            j.queue,
-            j.payload,
-            j.payload_ref,
-            j.attempt_count,
-            j.claimed_by,
-            j.retry_count,
-            j.max_retries,
-            j.max_runtime_seconds,
-            j.lease_expires_at,
-            j.deadline_at,
-            j.concurrency_key,
-            j.concurrency_limit,
-            # The app's own columns, for the handler (JobContext.columns).
-            *self.app_columns,
-        ]
+        returned = self._claim_returned()
         if not self.dialect.update_returning:
             # Lock the picked rows first, then update exactly those, each row's token
             # at its position among the locked ids (see db/statements/returning.py).
