@@ -159,6 +159,10 @@ def __getattr__(name: str) -> Any:
         module_name, attribute = _LAZY[name]
     except KeyError:
         raise AttributeError(f"module 'sqlq_orm' has no attribute {name!r}") from None
+    # Any use past the exceptions (a host app's models, its env.py, a queue) installs
+    # the guard that keeps a job table's history through Alembic's SQLite rebuilds,
+    # on every SQLite engine, whoever made it: a stock env.py makes its own.
+    importlib.import_module("sqlq_orm.db.backends.sqlite_rebuilds")
     module = importlib.import_module(module_name)
     value = module if attribute is None else getattr(module, attribute)
     globals()[name] = value

@@ -27,6 +27,9 @@ from typing import Any
 from sqlalchemy import MetaData
 
 # Imported for its side effect too: registers compare_index_order with autogenerate.
+# Imported for its side effect: the guard of a job table's history through Alembic's
+# SQLite rebuilds, for an env.py that imports only this package.
+from sqlq_orm.db.backends import sqlite_rebuilds  # noqa: F401
 from sqlq_orm.migrations.compare import compare_index_order
 from sqlq_orm.migrations.host import downgrade, place_app_revisions, safe_migration, upgrade
 

@@ -9,7 +9,9 @@ A host app's own ``env.py`` builds its engine itself (``alembic init``'s templat
 sqlq's engine hooks and :func:`~sqlq_orm.migrations.safe_migration` are not there.
 
 What is there is this package: every host ``env.py`` imports its models, and so
-sqlq_orm. Importing it installs :func:`_guard` on SQLAlchemy's SQLite dialect (every
+sqlq_orm. Their first name taken from it (``from sqlq_orm import JobMixin``: see
+``sqlq_orm.__getattr__``), :mod:`sqlq_orm.migrations`, and every SQLite backend import
+this module, which installs :func:`_guard` on SQLAlchemy's SQLite dialect (every
 SQLite engine in the process, whoever made it), where it acts only on the DDL of
 sqlq's job tables (:func:`~sqlq_orm.schema.registry.job_table_names`):
 
